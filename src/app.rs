@@ -1,0 +1,172 @@
+//! The commands behind the CLI, wired together: this is where IO, signals and `anyhow` meet.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::config::{self, check_permissions, Loaded, Severity};
+use crate::daemon::{self, Event};
+use crate::decide::{decide, History};
+use crate::incus::client::UnixClient;
+use crate::incus::Incus;
+use crate::memory;
+use crate::observe::observe;
+use crate::reconciler::{fmt_util, Context};
+use crate::systemd;
+
+/// `incus-hpa validate`: every problem on stderr; exit 1 when there is an error.
+pub fn validate(path: &Path) -> ExitCode {
+    let result = config::load(path);
+    let diags = match &result {
+        Ok(l) => &l.warnings,
+        Err(e) => &e.diagnostics,
+    };
+    for d in diags {
+        eprintln!("{d}");
+    }
+    match result {
+        Ok(l) => {
+            if let Err(e) = check_permissions(path, own_uid()) {
+                eprintln!(
+                    "{}: warning: the daemon will refuse this file: {e}",
+                    path.display()
+                );
+            }
+            println!("{}: OK, {} group(s)", path.display(), l.state.groups.len());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Loads a file the daemon may use: safe ownership and mode, and valid.
+fn load_strict(path: &Path) -> Result<Loaded, config::ConfigError> {
+    check_permissions(path, own_uid()).map_err(|message| config::ConfigError {
+        file: path.to_path_buf(),
+        diagnostics: vec![config::Diagnostic {
+            severity: Severity::Error,
+            file: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            key: String::new(),
+            message,
+        }],
+    })?;
+    config::load(path)
+}
+
+/// The effective uid of this process (the owner of `/proc/self`).
+fn own_uid() -> u32 {
+    std::fs::metadata("/proc/self").map_or(0, |m| m.uid())
+}
+
+fn context(socket: &Path, state: &crate::model::DesiredState) -> anyhow::Result<Context> {
+    let socket = socket
+        .to_str()
+        .context("the Incus socket path is not UTF-8")?;
+    let incus: Arc<dyn Incus> = Arc::new(UnixClient::new(socket)?);
+    Ok(Context {
+        memory: memory::source(state.daemon.memory_source, incus.clone()),
+        incus,
+        stop: Arc::new(AtomicBool::new(false)),
+    })
+}
+
+/// `incus-hpa run`: the daemon.
+pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<()> {
+    let loaded = match load_strict(path) {
+        Ok(l) => l,
+        Err(e) => {
+            daemon::log_diagnostics(&e.diagnostics);
+            return Err(e.into());
+        }
+    };
+    daemon::log_diagnostics(&loaded.warnings);
+    let ctx = context(socket, &loaded.state)?;
+
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        loop {
+            let ev = tokio::select! {
+                _ = term.recv() => Event::Shutdown,
+                _ = int.recv() => Event::Shutdown,
+                _ = hup.recv() => Event::Reload,
+            };
+            if tx.send(ev).is_err() {
+                break;
+            }
+        }
+    });
+
+    if !daemon::wait_for_incus(&ctx, &mut events).await {
+        systemd::stopping();
+        return Ok(());
+    }
+    tracing::info!(
+        config = %path.display(),
+        groups = loaded.state.groups.len(),
+        interval = %humantime::format_duration(loaded.state.daemon.interval),
+        "incus-hpa {} started: {} group(s) from {}",
+        env!("CARGO_PKG_VERSION"),
+        loaded.state.groups.len(),
+        path.display()
+    );
+    systemd::ready();
+    let owned = path.to_path_buf();
+    let loader: daemon::Loader = Box::new(move || load_strict(&owned));
+    daemon::run_loop(ctx, loaded.state, loader, events).await;
+    systemd::stopping();
+    tracing::info!("incus-hpa stopped");
+    Ok(())
+}
+
+/// `incus-hpa plan`: observe and decide once per group, act on nothing.
+pub async fn plan(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
+    let loaded = match config::load(path) {
+        Ok(l) => l,
+        Err(e) => {
+            for d in &e.diagnostics {
+                eprintln!("{d}");
+            }
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let ctx = context(socket, &loaded.state)?;
+    let now = Instant::now();
+    for spec in loaded.state.groups.values() {
+        let obs = observe(ctx.incus.as_ref(), ctx.memory.as_ref(), spec)
+            .await
+            .with_context(|| format!("observing group {}", spec.name))?;
+        // A fresh history would hold every scale-down back: show the bare recommendation.
+        let p = decide(spec, &obs, &History::default(), now);
+        println!(
+            "{}: {} instance(s), memory {} (target {}%), recommends {} ({})",
+            spec.name,
+            p.current,
+            fmt_util(p.utilization),
+            spec.memory_threshold,
+            p.recommendation,
+            p.reason
+        );
+        for i in &obs.instances {
+            let mem = i
+                .memory
+                .map_or_else(|| "-".into(), |m| fmt_util(m.percent()));
+            println!("  {:<24} {:?} {mem}", i.name, i.status);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

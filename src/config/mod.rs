@@ -1,0 +1,368 @@
+//! The desired-state file: TOML text → validated [`DesiredState`], or every problem at once.
+//!
+//! Parsing keeps each value's place, so an error reads `PATH:LINE:COLUMN: error: groups.web.max: …`.
+//! `parse` takes text (tests never touch files); `load` reads a file and checks who may write it.
+
+mod diag;
+mod fields;
+mod security;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::de::{DeTable, DeValue};
+
+use diag::Collector;
+pub use diag::{Diagnostic, Severity};
+use fields::Fields;
+pub use security::check_permissions;
+
+use crate::model::{DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, GROUP_KEY};
+
+/// Where the daemon looks for its desired state unless told otherwise.
+pub const DEFAULT_PATH: &str = "/etc/incus-hpa/desired-state.toml";
+
+/// Longest random suffix appended to the instance prefix.
+pub const SUFFIX_LEN: usize = 6;
+
+/// A file that could not be used: every problem found, errors and warnings.
+#[derive(Debug, thiserror::Error)]
+#[error("{} has {} error(s)", .file.display(), .diagnostics.iter().filter(|d| d.severity == Severity::Error).count())]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// A valid desired state and the warnings found on the way.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub state: DesiredState,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// Reads, checks the ownership and mode of, and parses a desired-state file.
+pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.to_path_buf(),
+        diagnostics: vec![Diagnostic {
+            severity: Severity::Error,
+            file: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            key: String::new(),
+            message: format!("cannot read the file: {e}"),
+        }],
+    })?;
+    parse(path, &text)
+}
+
+const TOP_KEYS: &[&str] = &["daemon", "groups"];
+const DAEMON_KEYS: &[&str] = &["interval", "memory_source"];
+const GROUP_KEYS: &[&str] = &[
+    "min",
+    "max",
+    "memory_threshold",
+    "tolerance",
+    "image",
+    "instance_prefix",
+    "profiles",
+    "project",
+    "config",
+    "scale_down_stabilization",
+    "scale_up_stabilization",
+    "stop_timeout",
+    "allow_privileged",
+];
+
+/// Parses desired-state text; `file` is only used to name places in messages.
+pub fn parse(file: &Path, text: &str) -> Result<Loaded, ConfigError> {
+    let mut c = Collector::new(file, text);
+    let (doc, errors) = DeTable::parse_recoverable(text);
+    for e in errors {
+        c.error(
+            e.span(),
+            "",
+            format!("invalid TOML: {}", e.message().trim()),
+        );
+    }
+    let state = if c.has_errors() {
+        None
+    } else {
+        let span = doc.span();
+        let mut top = Fields::new(doc.get_ref(), "", span);
+        let daemon = match top.table(&mut c, "daemon") {
+            Some(t) => daemon(&mut c, t),
+            None => DaemonSpec::default(),
+        };
+        let mut groups = BTreeMap::new();
+        match top.table(&mut c, "groups") {
+            Some(mut t) => {
+                for (name, value) in t.entries() {
+                    let key = format!("groups.{}", name.get_ref());
+                    let g = match GroupName::parse(name.get_ref()) {
+                        Ok(g) => g,
+                        Err(e) => {
+                            c.error(Some(name.span()), &key, e);
+                            continue;
+                        }
+                    };
+                    let DeValue::Table(table) = value.get_ref() else {
+                        c.error(Some(value.span()), &key, "expected a table ([groups.NAME])");
+                        continue;
+                    };
+                    let fields = Fields::new(table, &key, name.span());
+                    if let Some(spec) = group(&mut c, g.clone(), fields) {
+                        groups.insert(g, spec);
+                    }
+                }
+                if groups.is_empty() && !c.has_errors() {
+                    c.warning(
+                        Some(t.span()),
+                        "groups",
+                        "no groups: nothing will be managed",
+                    );
+                }
+            }
+            None => c.warning(
+                None,
+                "groups",
+                "no [groups.NAME] table: nothing will be managed until one is added",
+            ),
+        }
+        top.finish(&mut c, TOP_KEYS);
+        Some(DesiredState { daemon, groups })
+    };
+    match state {
+        Some(state) if !c.has_errors() => Ok(Loaded {
+            state,
+            warnings: c.diagnostics,
+        }),
+        _ => Err(ConfigError {
+            file: file.to_path_buf(),
+            diagnostics: c.diagnostics,
+        }),
+    }
+}
+
+fn daemon(c: &mut Collector, mut t: Fields) -> DaemonSpec {
+    let mut d = DaemonSpec::default();
+    if let Some((interval, span)) = t.duration(c, "interval") {
+        if interval < Duration::from_millis(100) {
+            c.error(Some(span), &t.key("interval"), "must be at least 100ms");
+        } else {
+            d.interval = interval;
+        }
+    }
+    if let Some((s, span)) = t.string(c, "memory_source") {
+        d.memory_source = match s.as_str() {
+            "auto" => MemorySourceKind::Auto,
+            "cgroup" => MemorySourceKind::Cgroup,
+            "api" => MemorySourceKind::Api,
+            _ => {
+                c.error(
+                    Some(span),
+                    &t.key("memory_source"),
+                    format!("{s:?} is not one of \"auto\", \"cgroup\", \"api\""),
+                );
+                d.memory_source
+            }
+        };
+    }
+    t.finish(c, DAEMON_KEYS);
+    d
+}
+
+fn group(c: &mut Collector, name: GroupName, mut t: Fields) -> Option<GroupSpec> {
+    let before = c.diagnostics.len();
+    let min = t.count(c, "min");
+    let max = t.count(c, "max");
+    let max = t.required(c, "max", max);
+    let threshold = t.number(c, "memory_threshold");
+    let threshold = t.required(c, "memory_threshold", threshold);
+    let tolerance = t.number(c, "tolerance");
+    let image = t.string(c, "image");
+    let image = t.required(c, "image", image);
+    let prefix = t.string(c, "instance_prefix");
+    let profiles = t.strings(c, "profiles");
+    let project = t.string(c, "project");
+    let down = t.duration(c, "scale_down_stabilization");
+    let up = t.duration(c, "scale_up_stabilization");
+    let stop_timeout = t.duration(c, "stop_timeout");
+    let allow_privileged = t.boolean(c, "allow_privileged").is_some_and(|(b, _)| b);
+    let config = t
+        .table(c, "config")
+        .map(|ct| instance_config(c, ct, allow_privileged));
+
+    if let Some((max, span)) = &max {
+        if *max == 0 {
+            c.error(Some(span.clone()), &t.key("max"), "must be at least 1");
+        }
+        if let Some((min, min_span)) = &min {
+            if min > max {
+                c.error(
+                    Some(min_span.clone()),
+                    &t.key("min"),
+                    format!("min ({min}) is greater than max ({max})"),
+                );
+            }
+        }
+    }
+    if let Some((th, span)) = &threshold {
+        if !(1.0..=100.0).contains(th) {
+            c.error(
+                Some(span.clone()),
+                &t.key("memory_threshold"),
+                format!("{th} is outside 1–100 (percent of each instance's memory limit)"),
+            );
+        }
+    }
+    if let Some((tol, span)) = &tolerance {
+        if !(0.0..1.0).contains(tol) {
+            c.error(
+                Some(span.clone()),
+                &t.key("tolerance"),
+                "must be from 0 up to (not including) 1",
+            );
+        }
+    }
+    if let Some((img, span)) = &image {
+        if img.trim().is_empty() {
+            c.error(
+                Some(span.clone()),
+                &t.key("image"),
+                "must name an image alias or fingerprint",
+            );
+        }
+    }
+    if let Some((p, span)) = &prefix {
+        if let Err(e) = check_prefix(p) {
+            c.error(Some(span.clone()), &t.key("instance_prefix"), e);
+        }
+    }
+    if let Some((profiles, span)) = &profiles {
+        if profiles.iter().any(|p| p.trim().is_empty()) {
+            c.error(
+                Some(span.clone()),
+                &t.key("profiles"),
+                "a profile name cannot be empty",
+            );
+        }
+    }
+    if let Some((p, span)) = &project {
+        if p.trim().is_empty() || p.contains(['/', '?', '&', '#', ' ']) {
+            c.error(
+                Some(span.clone()),
+                &t.key("project"),
+                format!("{p:?} is not a valid project name"),
+            );
+        }
+    }
+    let config = config.unwrap_or_default();
+    let profiles = profiles.map_or_else(|| vec!["default".to_owned()], |(p, _)| p);
+    if !config.contains_key("limits.memory") {
+        c.warning(
+            Some(t.span()),
+            &t.key("config"),
+            format!(
+                "no \"limits.memory\": unless profile(s) {} set it, each instance's memory is measured \
+                 against the host's total memory",
+                profiles.join(", ")
+            ),
+        );
+    }
+    t.finish(c, GROUP_KEYS);
+
+    if c.diagnostics[before..]
+        .iter()
+        .any(|d| d.severity == Severity::Error)
+    {
+        return None;
+    }
+    let secs =
+        |d: Option<(Duration, _)>, default: u64| d.map_or(Duration::from_secs(default), |(d, _)| d);
+    Some(GroupSpec {
+        instance_prefix: prefix.map_or_else(|| format!("{name}-"), |(p, _)| p),
+        min: min.map_or(1, |(m, _)| m),
+        max: max?.0,
+        memory_threshold: threshold?.0,
+        tolerance: tolerance.map_or(0.1, |(t, _)| t),
+        image: image?.0,
+        profiles,
+        project: project.map_or_else(|| "default".to_owned(), |(p, _)| p),
+        config,
+        scale_down_stabilization: secs(down, 300),
+        scale_up_stabilization: secs(up, 0),
+        stop_timeout: secs(stop_timeout, 30),
+        name,
+    })
+}
+
+/// `[groups.NAME.config]`: Incus instance config, values as strings (numbers and booleans are
+/// accepted and written as Incus expects them).
+fn instance_config(
+    c: &mut Collector,
+    mut t: Fields,
+    allow_privileged: bool,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in t.entries() {
+        let key = k.get_ref().to_string();
+        let path = t.key(&format!("{key:?}"));
+        let value = match v.get_ref() {
+            DeValue::String(s) => s.to_string(),
+            DeValue::Integer(i) => i.as_str().to_owned(),
+            DeValue::Boolean(b) => b.to_string(),
+            other => {
+                c.error(
+                    Some(v.span()),
+                    &path,
+                    format!("expected a string, found {}", fields::type_name(other)),
+                );
+                continue;
+            }
+        };
+        if key.starts_with("user.incus-hpa.") {
+            c.error(
+                Some(k.span()),
+                &path,
+                format!("keys under user.incus-hpa. are the daemon's own (it sets {GROUP_KEY})"),
+            );
+        } else if key.starts_with("volatile.") || key.starts_with("image.") {
+            c.error(
+                Some(k.span()),
+                &path,
+                "Incus manages this key; it cannot be set at creation",
+            );
+        } else if let Some(why) = security::grants_host_root(&key, &value) {
+            if !allow_privileged {
+                c.error(
+                    Some(k.span()),
+                    &path,
+                    format!("{why}; set allow_privileged = true in this group to accept that"),
+                );
+            }
+        }
+        out.insert(key, value);
+    }
+    out
+}
+
+/// An instance name prefix: a letter first, then letters, digits and '-', leaving room for the
+/// random suffix within Incus' 63 characters.
+fn check_prefix(p: &str) -> Result<(), String> {
+    let max = 63 - SUFFIX_LEN;
+    if p.is_empty() || p.len() > max {
+        return Err(format!("must have 1 to {max} characters"));
+    }
+    if !p.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return Err("must start with a letter (instance names are host names)".into());
+    }
+    if !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Err("may hold only letters, digits and '-'".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,193 @@
+//! Desired-state parsing: the documented contract, and located errors for every bad input.
+
+use std::path::Path;
+
+use super::*;
+
+fn ok(text: &str) -> Loaded {
+    parse(Path::new("t.toml"), text).unwrap_or_else(|e| panic!("{:#?}", e.diagnostics))
+}
+
+/// Every error as "LINE:COL key: message".
+fn errors(text: &str) -> Vec<String> {
+    let e = parse(Path::new("t.toml"), text).expect_err("should be rejected");
+    e.diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| format!("{}:{} {}: {}", d.line, d.column, d.key, d.message))
+        .collect()
+}
+
+const CONTRACT: &str = r#"
+[daemon]
+interval = "5s"
+
+[groups.web]
+min = 1
+max = 5
+memory_threshold = 70
+image = "busybox"
+instance_prefix = "web-"
+profiles = ["default"]
+scale_down_stabilization = "5m"
+project = "default"
+
+[groups.web.config]
+"limits.memory" = "256MiB"
+"#;
+
+#[test]
+fn the_documented_example_parses() {
+    let l = ok(CONTRACT);
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert_eq!(l.state.daemon.interval, Duration::from_secs(5));
+    let g = &l.state.groups[&GroupName::parse("web").unwrap()];
+    assert_eq!((g.min, g.max, g.memory_threshold), (1, 5, 70.0));
+    assert_eq!(g.image, "busybox");
+    assert_eq!(g.instance_prefix, "web-");
+    assert_eq!(g.scale_down_stabilization, Duration::from_secs(300));
+    assert_eq!(g.scale_up_stabilization, Duration::ZERO);
+    assert_eq!(g.config["limits.memory"], "256MiB");
+}
+
+#[test]
+fn defaults_apply() {
+    let l = ok("[groups.db]\nmax = 3\nmemory_threshold = 50.5\nimage = \"x\"\n");
+    let g = &l.state.groups[&GroupName::parse("db").unwrap()];
+    assert_eq!(g.min, 1);
+    assert_eq!(g.instance_prefix, "db-");
+    assert_eq!(g.profiles, vec!["default"]);
+    assert_eq!(g.project, "default");
+    assert_eq!(g.tolerance, 0.1);
+    assert_eq!(l.state.daemon.interval, Duration::from_secs(15));
+    // No memory limit: a warning, not an error.
+    assert_eq!(l.warnings.len(), 1);
+    assert!(l.warnings[0].message.contains("host's total memory"));
+    assert_eq!(l.warnings[0].key, "groups.db.config");
+}
+
+#[test]
+fn every_problem_is_reported_at_once_with_its_place() {
+    let text = r#"[daemon]
+interval = "often"
+colour = 1
+
+[groups.web]
+min = 6
+max = 5
+memory_threshold = 170
+image = "busybox"
+typo = true
+
+[groups.Bad_Name]
+max = 0
+
+[groups.zero]
+max = 0
+memory_threshold = 50
+image = "busybox"
+"#;
+    let errs = errors(text);
+    let expect = [
+        "2:12 daemon.interval: \"often\" is not a duration",
+        "3:1 daemon.colour: unknown key",
+        "6:7 groups.web.min: min (6) is greater than max (5)",
+        "8:20 groups.web.memory_threshold: 170 is outside 1–100",
+        "10:1 groups.web.typo: unknown key",
+        "12:9 groups.Bad_Name: a group name",
+        "16:7 groups.zero.max: must be at least 1",
+    ];
+    for e in expect {
+        assert!(
+            errs.iter().any(|x| x.starts_with(e)),
+            "missing {e:?} in {errs:#?}"
+        );
+    }
+    assert_eq!(errs.len(), expect.len(), "{errs:#?}");
+}
+
+#[test]
+fn missing_required_keys_and_wrong_types() {
+    let errs = errors("[groups.web]\nmin = \"one\"\nprofiles = [\"a\", 2]\n");
+    let has = |s: &str| errs.iter().any(|e| e.contains(s));
+    assert!(
+        has("groups.web.min: expected a whole number, found a string"),
+        "{errs:#?}"
+    );
+    assert!(has(
+        "groups.web.profiles[1]: expected a string, found an integer"
+    ));
+    assert!(has("groups.web.max: missing"));
+    assert!(has("groups.web.memory_threshold: missing"));
+    assert!(has("groups.web.image: missing"));
+}
+
+#[test]
+fn invalid_toml_is_located() {
+    let errs = errors("[groups.web]\nmax = = 3\n");
+    assert!(errs[0].starts_with("2:"), "{errs:#?}");
+    assert!(errs[0].contains("invalid TOML"));
+}
+
+#[test]
+fn bad_prefixes_and_reserved_keys() {
+    let base = "[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"busybox\"\n";
+    for (extra, msg) in [
+        ("instance_prefix = \"9web\"\n", "must start with a letter"),
+        ("instance_prefix = \"web_\"\n", "only letters, digits"),
+        (
+            "[groups.web.config]\n\"user.incus-hpa.group\" = \"x\"\n",
+            "daemon's own",
+        ),
+        (
+            "[groups.web.config]\n\"volatile.idmap\" = \"x\"\n",
+            "Incus manages",
+        ),
+        (
+            "[groups.web.config]\n\"security.privileged\" = \"true\"\n",
+            "allow_privileged",
+        ),
+        (
+            "[groups.web.config]\n\"raw.lxc\" = \"x\"\n",
+            "allow_privileged",
+        ),
+        ("tolerance = 1.5\n", "tolerance"),
+        ("[daemon]\nmemory_source = \"magic\"\n", "not one of"),
+    ] {
+        let errs = errors(&format!("{base}{extra}"));
+        assert!(errs.iter().any(|e| e.contains(msg)), "{extra}: {errs:#?}");
+    }
+}
+
+#[test]
+fn allow_privileged_accepts_root_granting_keys() {
+    let l = ok("[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\nallow_privileged = true\n\
+                [groups.web.config]\n\"security.privileged\" = true\n\"limits.memory\" = \"64MiB\"\n");
+    let g = l.state.groups.values().next().unwrap();
+    assert_eq!(g.config["security.privileged"], "true");
+}
+
+#[test]
+fn an_empty_file_is_valid_and_says_nothing_is_managed() {
+    let l = ok("");
+    assert!(l.state.groups.is_empty());
+    assert!(l.warnings[0].message.contains("nothing will be managed"));
+}
+
+#[test]
+fn diagnostics_print_as_path_line_column_key() {
+    let e = parse(
+        Path::new("/etc/x.toml"),
+        "[groups.web]\nmax = 0\nmemory_threshold = 5\nimage = \"b\"\n",
+    )
+    .unwrap_err();
+    let first = e
+        .diagnostics
+        .iter()
+        .find(|d| d.severity == Severity::Error)
+        .unwrap();
+    assert_eq!(
+        first.to_string(),
+        "/etc/x.toml:2:7: error: groups.web.max: must be at least 1"
+    );
+}

@@ -1,0 +1,154 @@
+//! The daemon's main loop: waits for Incus, reconciles due groups, and reacts to events
+//! (reload, shutdown) that arrive on a channel: signals in production, a test's sender in tests.
+//!
+//! Shutdown lets the action in flight finish and starts no new one. A reload that fails keeps
+//! the last good desired state in force and says so in the log and in `STATUS=`.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::{sleep_until, Instant};
+
+use crate::config::{ConfigError, Loaded, Severity};
+use crate::model::DesiredState;
+use crate::reconciler::{backoff, Context, Reconciler};
+use crate::systemd;
+
+/// Something the loop must react to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Re-read the desired-state file (SIGHUP, or the file changed).
+    Reload,
+    /// Finish the action in flight and exit (SIGTERM, SIGINT).
+    Shutdown,
+}
+
+/// How the daemon reads its desired state again on reload.
+pub type Loader = Box<dyn Fn() -> Result<Loaded, ConfigError> + Send>;
+
+/// Logs every diagnostic of a configuration, errors at error level.
+pub fn log_diagnostics(diags: &[crate::config::Diagnostic]) {
+    for d in diags {
+        match d.severity {
+            Severity::Error => {
+                tracing::error!(file = %d.file.display(), line = d.line, column = d.column, key = %d.key, "{d}")
+            }
+            Severity::Warning => {
+                tracing::warn!(file = %d.file.display(), line = d.line, column = d.column, key = %d.key, "{d}")
+            }
+        }
+    }
+}
+
+/// Waits until Incus answers, retrying with backoff; `false` when asked to shut down first.
+pub async fn wait_for_incus(ctx: &Context, events: &mut UnboundedReceiver<Event>) -> bool {
+    let mut failures = 0;
+    loop {
+        match ctx.incus.server_version().await {
+            Ok(v) => {
+                tracing::info!(incus_version = %v, "connected to Incus {v}");
+                return true;
+            }
+            Err(e) => {
+                let delay = backoff(failures).min(Duration::from_secs(30));
+                failures += 1;
+                tracing::warn!(error = %e, "{e}; retrying in {}", humantime::format_duration(delay));
+                systemd::status(&format!("waiting for Incus: {e}"));
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    ev = events.recv() => if matches!(ev, Some(Event::Shutdown) | None) { return false },
+                }
+            }
+        }
+    }
+}
+
+/// Runs the reconcile loop until a shutdown event; returns the desired state last in force.
+pub async fn run_loop(
+    ctx: Context,
+    initial: DesiredState,
+    load: Loader,
+    mut events: UnboundedReceiver<Event>,
+) -> DesiredState {
+    let mut state = initial;
+    let mut reconciler = Reconciler::new(ctx.clone(), &state, Instant::now());
+    let watchdog = systemd::watchdog_period();
+    let mut pet = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+    let mut invalid_since: Option<SystemTime> = None;
+    let status = |r: &Reconciler, invalid: Option<SystemTime>| {
+        let mut line = r.status_line();
+        if let Some(t) = invalid {
+            line = format!(
+                "CONFIG INVALID since {} (running the last good one); {line}",
+                humantime::format_rfc3339_seconds(t)
+            );
+        }
+        systemd::status(&line);
+    };
+    status(&reconciler, None);
+    loop {
+        let next = reconciler
+            .next_due()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let mut reload = false;
+        tokio::select! {
+            _ = sleep_until(next) => {
+                let mut shutdown = false;
+                {
+                    let work = reconciler.run_due(Instant::now());
+                    tokio::pin!(work);
+                    loop {
+                        tokio::select! {
+                            _ = &mut work => break,
+                            ev = events.recv(), if !shutdown => match ev {
+                                Some(Event::Reload) => reload = true,
+                                Some(Event::Shutdown) | None => {
+                                    tracing::info!("shutting down after the action in flight");
+                                    ctx.stop.store(true, Ordering::SeqCst);
+                                    shutdown = true;
+                                }
+                            },
+                            _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),
+                        }
+                    }
+                }
+                if shutdown {
+                    break;
+                }
+                status(&reconciler, invalid_since);
+            }
+            ev = events.recv() => match ev {
+                Some(Event::Reload) => reload = true,
+                Some(Event::Shutdown) | None => break,
+            },
+            _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),
+        }
+        if reload {
+            match load() {
+                Ok(loaded) => {
+                    log_diagnostics(&loaded.warnings);
+                    if loaded.state != state {
+                        tracing::info!(
+                            groups = loaded.state.groups.len(),
+                            "desired state reloaded: {} group(s)",
+                            loaded.state.groups.len()
+                        );
+                    } else {
+                        tracing::info!("desired state reloaded: no change");
+                    }
+                    state = loaded.state;
+                    reconciler.set_desired(&state, Instant::now());
+                    invalid_since = None;
+                }
+                Err(e) => {
+                    log_diagnostics(&e.diagnostics);
+                    tracing::error!(file = %e.file.display(), "{e}: keeping the last good desired state");
+                    invalid_since.get_or_insert_with(SystemTime::now);
+                }
+            }
+            status(&reconciler, invalid_since);
+        }
+    }
+    state
+}

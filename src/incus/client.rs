@@ -1,0 +1,305 @@
+//! The Incus REST client over the local unix socket (reqwest's unix-socket connector).
+//!
+//! Every request has a timeout. Asynchronous answers are followed to their operation, which is
+//! waited for with `/wait`, whose body (not its HTTP status, always 200) says how it ended.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{CreateInstance, Incus, IncusError, Instance, StateChange};
+use crate::model::Memory;
+
+/// Default socket of a Debian Incus install.
+pub const DEFAULT_SOCKET: &str = "/var/lib/incus/unix.socket";
+
+/// Longest a single request may take (operations get their own, longer budget).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest an operation (create+start, stop, delete) is waited for.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A client for one incusd reached through its unix socket.
+pub struct UnixClient {
+    http: reqwest::Client,
+    socket: String,
+    requests: AtomicU64,
+}
+
+/// The envelope every Incus answer comes in.
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    error: String,
+    #[serde(default)]
+    operation: String,
+    #[serde(default)]
+    metadata: Value,
+}
+
+impl UnixClient {
+    /// A client for the socket at `socket` (not contacted until the first call).
+    pub fn new(socket: &str) -> Result<Self, IncusError> {
+        let http = reqwest::Client::builder()
+            .unix_socket(socket)
+            .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|source| IncusError::Transport {
+                socket: socket.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            http,
+            socket: socket.to_owned(),
+            requests: AtomicU64::new(0),
+        })
+    }
+
+    /// How many HTTP requests this client has sent (for measurements).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Sends one request and returns the envelope of a successful answer.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<(StatusCode, Envelope), IncusError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let mut req = self
+            .http
+            .request(method, format!("http://incus{path}"))
+            .timeout(timeout);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let transport = |source| IncusError::Transport {
+            socket: self.socket.clone(),
+            source,
+        };
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(transport)?;
+        let env: Envelope = serde_json::from_slice(&bytes).map_err(|e| IncusError::Decode {
+            what: what.to_owned(),
+            message: format!("{e} (HTTP {status})"),
+        })?;
+        if !status.is_success() || env.kind == "error" {
+            return Err(IncusError::Api {
+                what: what.to_owned(),
+                status: status.as_u16(),
+                message: if env.error.is_empty() {
+                    status.to_string()
+                } else {
+                    env.error
+                },
+            });
+        }
+        Ok((status, env))
+    }
+
+    async fn get_json<T: DeserializeOwned>(&self, path: &str, what: &str) -> Result<T, IncusError> {
+        let (_, env) = self
+            .send(Method::GET, path, None, REQUEST_TIMEOUT, what)
+            .await?;
+        serde_json::from_value(env.metadata).map_err(|e| IncusError::Decode {
+            what: what.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Sends a request that starts an operation and waits for it to end.
+    async fn operation(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        what: &str,
+    ) -> Result<(), IncusError> {
+        let (_, env) = self.send(method, path, body, REQUEST_TIMEOUT, what).await?;
+        if env.kind != "async" || env.operation.is_empty() {
+            return Ok(());
+        }
+        let secs = OPERATION_TIMEOUT.as_secs();
+        let wait = format!("{}/wait?timeout={secs}", env.operation);
+        let (_, done) = self
+            .send(
+                Method::GET,
+                &wait,
+                None,
+                OPERATION_TIMEOUT + Duration::from_secs(5),
+                what,
+            )
+            .await
+            .map_err(|e| match e {
+                IncusError::Api { message, .. } => IncusError::Operation {
+                    what: what.to_owned(),
+                    message,
+                },
+                other => other,
+            })?;
+        // `/wait` answers 200 whatever happened: the operation's own status tells.
+        let status = done
+            .metadata
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if status == "Success" {
+            return Ok(());
+        }
+        let err = done
+            .metadata
+            .get("err")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        Err(IncusError::Operation {
+            what: what.to_owned(),
+            message: if err.is_empty() {
+                format!("operation ended as {status:?}")
+            } else {
+                err.to_owned()
+            },
+        })
+    }
+}
+
+/// Percent-encodes a query value (our names are `[A-Za-z0-9._-]`; this covers the rest).
+fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Incus for UnixClient {
+    async fn server_version(&self) -> Result<String, IncusError> {
+        let v: Value = self.get_json("/1.0", "GET /1.0").await?;
+        Ok(v.pointer("/environment/server_version")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_owned())
+    }
+
+    async fn list_by_config(
+        &self,
+        project: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Vec<Instance>, IncusError> {
+        // The server-side filter is a case-insensitive regex: callers check the exact value.
+        let filter = format!("config.{key} eq {value}");
+        let path = format!(
+            "/1.0/instances?recursion=1&project={}&filter={}",
+            enc(project),
+            enc(&filter)
+        );
+        self.get_json(&path, "listing instances").await
+    }
+
+    async fn get(&self, project: &str, name: &str) -> Result<Option<Instance>, IncusError> {
+        let path = format!("/1.0/instances/{}?project={}", enc(name), enc(project));
+        match self
+            .get_json(&path, &format!("reading instance {name}"))
+            .await
+        {
+            Ok(i) => Ok(Some(i)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create(&self, project: &str, req: &CreateInstance) -> Result<(), IncusError> {
+        let body = serde_json::to_value(req).map_err(|e| IncusError::Decode {
+            what: "create request".into(),
+            message: e.to_string(),
+        })?;
+        let path = format!("/1.0/instances?project={}", enc(project));
+        self.operation(
+            Method::POST,
+            &path,
+            Some(&body),
+            &format!("creating {}", req.name),
+        )
+        .await
+    }
+
+    async fn change_state(
+        &self,
+        project: &str,
+        name: &str,
+        change: StateChange,
+    ) -> Result<(), IncusError> {
+        let body = match change {
+            StateChange::Start => serde_json::json!({"action": "start"}),
+            StateChange::Stop { timeout, force } => serde_json::json!({
+                "action": "stop",
+                "timeout": timeout.as_secs().max(1),
+                "force": force,
+            }),
+        };
+        let path = format!(
+            "/1.0/instances/{}/state?project={}",
+            enc(name),
+            enc(project)
+        );
+        let what = match change {
+            StateChange::Start => format!("starting {name}"),
+            StateChange::Stop { force: true, .. } => format!("force-stopping {name}"),
+            StateChange::Stop { .. } => format!("stopping {name}"),
+        };
+        self.operation(Method::PUT, &path, Some(&body), &what).await
+    }
+
+    async fn delete(&self, project: &str, name: &str) -> Result<(), IncusError> {
+        let path = format!("/1.0/instances/{}?project={}", enc(name), enc(project));
+        self.operation(Method::DELETE, &path, None, &format!("deleting {name}"))
+            .await
+    }
+
+    async fn memory_state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError> {
+        let path = format!(
+            "/1.0/instances/{}/state?project={}",
+            enc(name),
+            enc(project)
+        );
+        let v: Value = self
+            .get_json(&path, &format!("reading the state of {name}"))
+            .await?;
+        let usage = v.pointer("/memory/usage").and_then(Value::as_u64);
+        let limit = v.pointer("/memory/total").and_then(Value::as_u64);
+        Ok(match (usage, limit) {
+            (Some(usage), Some(limit)) if limit > 0 => Some(Memory { usage, limit }),
+            _ => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::enc;
+
+    #[test]
+    fn query_values_are_encoded() {
+        assert_eq!(
+            enc("config.user.incus-hpa.group eq web"),
+            "config.user.incus-hpa.group%20eq%20web"
+        );
+    }
+}

@@ -1,0 +1,151 @@
+//! The Incus boundary: a trait for everything the daemon asks of Incus, the API types it reads
+//! (tolerant: unknown fields are ignored), and the typed error. The unix-socket client is in
+//! [`client`]; tests use an in-memory fake behind the same trait.
+
+pub mod client;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{InstanceStatus, Memory};
+
+/// What went wrong talking to Incus, one variant per layer.
+#[derive(Debug, thiserror::Error)]
+pub enum IncusError {
+    /// The socket could not be reached, or the request timed out.
+    #[error("cannot reach Incus at {socket}: {source}")]
+    Transport {
+        socket: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// Incus answered with an error status.
+    #[error("Incus refused {what}: {message} (HTTP {status})")]
+    Api {
+        what: String,
+        status: u16,
+        message: String,
+    },
+    /// An asynchronous operation finished in failure (or did not finish in time).
+    #[error("Incus operation for {what} failed: {message}")]
+    Operation { what: String, message: String },
+    /// The answer could not be understood.
+    #[error("unexpected answer from Incus to {what}: {message}")]
+    Decode { what: String, message: String },
+}
+
+impl IncusError {
+    /// True when the error means "no such instance".
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, IncusError::Api { status: 404, .. })
+    }
+}
+
+/// An instance as listed (`GET /1.0/instances?recursion=1`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Instance {
+    pub name: String,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub config: HashMap<String, String>,
+    #[serde(default)]
+    pub created_at: String,
+    #[serde(default)]
+    pub project: String,
+}
+
+impl Instance {
+    /// The scaling-relevant status.
+    pub fn status(&self) -> InstanceStatus {
+        match self.status.as_str() {
+            "Running" => InstanceStatus::Running,
+            "Stopped" => InstanceStatus::Stopped,
+            _ => InstanceStatus::Other,
+        }
+    }
+
+    /// Creation time in nanoseconds since the Unix epoch (0 when unreadable).
+    pub fn created_nanos(&self) -> i64 {
+        humantime::parse_rfc3339_weak(self.created_at.trim_end_matches('Z'))
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_nanos()).ok())
+            .unwrap_or(0)
+    }
+}
+
+/// The body of `POST /1.0/instances`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CreateInstance {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub source: ImageSource,
+    pub config: HashMap<String, String>,
+    pub profiles: Vec<String>,
+    pub start: bool,
+}
+
+/// Where a new instance's root filesystem comes from.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ImageSource {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+}
+
+impl ImageSource {
+    /// A local image by alias, or by fingerprint when `image` looks like one (hex, ≥ 12 chars).
+    pub fn local(image: &str) -> Self {
+        let is_fp = image.len() >= 12 && image.chars().all(|c| c.is_ascii_hexdigit());
+        Self {
+            kind: "image".into(),
+            alias: (!is_fp).then(|| image.to_owned()),
+            fingerprint: is_fp.then(|| image.to_owned()),
+        }
+    }
+}
+
+/// A state change (`PUT /1.0/instances/NAME/state`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StateChange {
+    Start,
+    Stop { timeout: Duration, force: bool },
+}
+
+/// Everything the daemon asks of Incus. Every call has a timeout; every asynchronous operation
+/// is waited for and its outcome read from the body.
+#[async_trait]
+pub trait Incus: Send + Sync {
+    /// The server's version, to check that Incus answers.
+    async fn server_version(&self) -> Result<String, IncusError>;
+    /// Instances in `project` whose `key` config equals `value` (one request, no state).
+    async fn list_by_config(
+        &self,
+        project: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Vec<Instance>, IncusError>;
+    /// One instance, or `None` when it does not exist.
+    async fn get(&self, project: &str, name: &str) -> Result<Option<Instance>, IncusError>;
+    /// Creates (and, with `start`, starts) an instance; returns once the operation finished.
+    async fn create(&self, project: &str, req: &CreateInstance) -> Result<(), IncusError>;
+    /// Starts or stops an instance; returns once the operation finished.
+    async fn change_state(
+        &self,
+        project: &str,
+        name: &str,
+        change: StateChange,
+    ) -> Result<(), IncusError>;
+    /// Deletes a stopped instance; returns once the operation finished.
+    async fn delete(&self, project: &str, name: &str) -> Result<(), IncusError>;
+    /// Memory of a running instance from `GET /1.0/instances/NAME/state` (expensive on 6.0).
+    async fn memory_state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError>;
+}

@@ -1,0 +1,20 @@
+//! incus-hpa: a horizontal autoscaler for Incus containers.
+//!
+//! The desired state ([`config`]) is compared with what Incus reports ([`observe`]) by a pure
+//! decision core ([`decide`]); the resulting plan is carried out by [`act`]. The
+//! [`reconciler`] runs that per group, level-triggered, with backoff; [`daemon`] is the loop
+//! around it (reloads, shutdown, systemd notifications).
+
+pub mod act;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod decide;
+pub mod incus;
+pub mod logging;
+pub mod memory;
+pub mod model;
+pub mod observe;
+pub mod reconciler;
+pub mod systemd;

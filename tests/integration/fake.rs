@@ -1,0 +1,287 @@
+//! An in-memory Incus behind the daemon's own traits, with failure injection and call counts.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use incus_hpa::incus::{CreateInstance, Incus, IncusError, Instance, StateChange};
+use incus_hpa::memory::MemorySource;
+use incus_hpa::model::{Memory, GROUP_KEY};
+
+/// How long a creation takes in the fake.
+pub const CREATE_TIME: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Images whose instances are created but fail to start (left stopped, as Incus does).
+pub const FAILS_TO_START: &str = "broken";
+/// Images that do not exist: creation fails inside the operation, nothing is left.
+pub const MISSING_IMAGE: &str = "missing";
+
+#[derive(Debug, Clone)]
+pub struct FakeInstance {
+    pub project: String,
+    pub status: String,
+    pub config: HashMap<String, String>,
+    pub created: u64,
+    pub memory: Option<Memory>,
+}
+
+#[derive(Default)]
+struct State {
+    instances: BTreeMap<String, FakeInstance>,
+    clock: u64,
+    calls: BTreeMap<&'static str, u64>,
+    down: bool,
+}
+
+/// The fake server. Memory readings are set per instance; new instances read `default_memory`.
+#[derive(Default)]
+pub struct FakeIncus {
+    state: Mutex<State>,
+    pub default_memory: Mutex<Option<Memory>>,
+}
+
+fn api(status: u16, message: &str) -> IncusError {
+    IncusError::Api {
+        what: "fake".into(),
+        status,
+        message: message.into(),
+    }
+}
+
+impl FakeIncus {
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        f(&mut self.state.lock().unwrap())
+    }
+
+    fn call(&self, name: &'static str) -> Result<(), IncusError> {
+        self.with(|s| {
+            *s.calls.entry(name).or_default() += 1;
+            if s.down {
+                Err(api(503, "incusd is down"))
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    /// Adds an instance as a person (or a crash) would have left it.
+    pub fn add(&self, name: &str, status: &str, config: &[(&str, &str)]) {
+        self.with(|s| {
+            s.clock += 1;
+            let created = s.clock;
+            s.instances.insert(
+                name.into(),
+                FakeInstance {
+                    project: "default".into(),
+                    status: status.into(),
+                    config: config
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    created,
+                    memory: None,
+                },
+            );
+        });
+    }
+
+    pub fn set_down(&self, down: bool) {
+        self.with(|s| s.down = down);
+    }
+
+    /// Sets every running instance of `group` to `percent` of a 100 MiB limit.
+    pub fn set_group_memory(&self, group: &str, percent: f64) {
+        self.with(|s| {
+            for i in s.instances.values_mut() {
+                if i.config.get(GROUP_KEY).map(String::as_str) == Some(group) {
+                    i.memory = Some(mem(percent));
+                }
+            }
+        });
+    }
+
+    pub fn set_memory(&self, name: &str, memory: Option<Memory>) {
+        self.with(|s| s.instances.get_mut(name).unwrap().memory = memory);
+    }
+
+    /// Names of the instances carrying `group`'s key, by status.
+    pub fn managed(&self, group: &str) -> Vec<(String, String)> {
+        self.with(|s| {
+            s.instances
+                .iter()
+                .filter(|(_, i)| i.config.get(GROUP_KEY).map(String::as_str) == Some(group))
+                .map(|(n, i)| (n.clone(), i.status.clone()))
+                .collect()
+        })
+    }
+
+    pub fn running(&self, group: &str) -> usize {
+        self.managed(group)
+            .iter()
+            .filter(|(_, s)| s == "Running")
+            .count()
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        self.with(|s| s.instances.contains_key(name))
+    }
+
+    pub fn get_instance(&self, name: &str) -> Option<FakeInstance> {
+        self.with(|s| s.instances.get(name).cloned())
+    }
+
+    pub fn calls(&self, name: &str) -> u64 {
+        self.with(|s| s.calls.get(name).copied().unwrap_or(0))
+    }
+}
+
+/// `percent` of a 100 MiB limit.
+pub fn mem(percent: f64) -> Memory {
+    Memory {
+        usage: (percent * 1_048_576.0) as u64,
+        limit: 100 * 1_048_576,
+    }
+}
+
+#[async_trait]
+impl Incus for FakeIncus {
+    async fn server_version(&self) -> Result<String, IncusError> {
+        self.call("server_version")?;
+        Ok("fake".into())
+    }
+
+    async fn list_by_config(
+        &self,
+        project: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Vec<Instance>, IncusError> {
+        self.call("list")?;
+        // Like Incus: a case-insensitive match, so callers must check the exact value.
+        Ok(self.with(|s| {
+            s.instances
+                .iter()
+                .filter(|(_, i)| i.project == project)
+                .filter(|(_, i)| {
+                    i.config
+                        .get(key)
+                        .is_some_and(|v| v.eq_ignore_ascii_case(value))
+                })
+                .map(|(n, i)| to_api(n, i))
+                .collect()
+        }))
+    }
+
+    async fn get(&self, _project: &str, name: &str) -> Result<Option<Instance>, IncusError> {
+        self.call("get")?;
+        Ok(self.with(|s| s.instances.get(name).map(|i| to_api(name, i))))
+    }
+
+    async fn create(&self, project: &str, req: &CreateInstance) -> Result<(), IncusError> {
+        self.call("create")?;
+        // Like a real create+start, this takes a while (free under tokio's paused clock).
+        tokio::time::sleep(CREATE_TIME).await;
+        let image = req.source.alias.clone().unwrap_or_default();
+        if image == MISSING_IMAGE {
+            return Err(IncusError::Operation {
+                what: "create".into(),
+                message: "Image not found".into(),
+            });
+        }
+        let memory = *self.default_memory.lock().unwrap();
+        self.with(|s| {
+            if s.instances.contains_key(&req.name) {
+                return Err(IncusError::Operation {
+                    what: "create".into(),
+                    message: "already exists".into(),
+                });
+            }
+            s.clock += 1;
+            let ok = image != FAILS_TO_START;
+            s.instances.insert(
+                req.name.clone(),
+                FakeInstance {
+                    project: project.into(),
+                    status: if ok && req.start {
+                        "Running"
+                    } else {
+                        "Stopped"
+                    }
+                    .into(),
+                    config: req.config.clone(),
+                    created: s.clock,
+                    memory: if ok { memory } else { None },
+                },
+            );
+            if ok {
+                Ok(())
+            } else {
+                Err(IncusError::Operation {
+                    what: "start".into(),
+                    message: "failed to start".into(),
+                })
+            }
+        })
+    }
+
+    async fn change_state(
+        &self,
+        _project: &str,
+        name: &str,
+        change: StateChange,
+    ) -> Result<(), IncusError> {
+        self.call("change_state")?;
+        self.with(|s| {
+            let i = s
+                .instances
+                .get_mut(name)
+                .ok_or_else(|| api(404, "not found"))?;
+            i.status = match change {
+                StateChange::Start => "Running",
+                StateChange::Stop { .. } => "Stopped",
+            }
+            .into();
+            Ok(())
+        })
+    }
+
+    async fn delete(&self, _project: &str, name: &str) -> Result<(), IncusError> {
+        self.call("delete")?;
+        self.with(|s| match s.instances.get(name) {
+            None => Err(api(404, "not found")),
+            Some(i) if i.status == "Running" => Err(api(400, "Instance is running")),
+            Some(_) => {
+                s.instances.remove(name);
+                Ok(())
+            }
+        })
+    }
+
+    async fn memory_state(&self, _project: &str, name: &str) -> Result<Option<Memory>, IncusError> {
+        self.call("memory_state")?;
+        Ok(self.with(|s| s.instances.get(name).and_then(|i| i.memory)))
+    }
+}
+
+#[async_trait]
+impl MemorySource for FakeIncus {
+    async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>> {
+        let mut out = Vec::new();
+        for n in names {
+            out.push(self.memory_state(project, n).await.ok().flatten());
+        }
+        out
+    }
+}
+
+fn to_api(name: &str, i: &FakeInstance) -> Instance {
+    // Creation times one second apart, in Incus' RFC 3339 form.
+    let created = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000 + i.created);
+    Instance {
+        name: name.into(),
+        status: i.status.clone(),
+        config: i.config.clone(),
+        created_at: humantime::format_rfc3339_nanos(created).to_string(),
+        project: i.project.clone(),
+    }
+}

@@ -1,0 +1,199 @@
+//! The daemon loop against the fake Incus: scaling, ownership, failures, reloads, shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use incus_hpa::model::GROUP_KEY;
+
+use crate::fake::{mem, FakeIncus, CREATE_TIME, FAILS_TO_START, MISSING_IMAGE};
+use crate::util::{eventually, run_for, web, within, Harness};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+#[tokio::test(start_paused = true)]
+async fn starts_from_zero_and_reaches_min() {
+    let h = Harness::start(&web(2, 5), Arc::new(FakeIncus::default()));
+    eventually("2 running", MINUTE, || h.fake.running("web") == 2).await;
+    for (name, _) in h.fake.managed("web") {
+        assert!(
+            name.starts_with("web-") && name.len() == "web-".len() + 6,
+            "{name}"
+        );
+        let i = h.fake.get_instance(&name).unwrap();
+        assert_eq!(i.config["limits.memory"], "100MiB");
+        assert_eq!(i.config[GROUP_KEY], "web");
+    }
+    run_for(Duration::from_secs(10)).await;
+    assert_eq!(h.fake.running("web"), 2, "stays at min");
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn scales_up_on_memory_then_down_after_the_window() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(10.0));
+    let h = Harness::start(&web(1, 4), fake);
+    eventually("1 running", MINUTE, || h.fake.running("web") == 1).await;
+
+    // 1 instance at 150 % of the 50 % target -> ceil(1 × 90 / 50) = 2.
+    h.fake.set_group_memory("web", 90.0);
+    eventually("scaled up to 2", MINUTE, || h.fake.running("web") == 2).await;
+    let first_two = h.fake.managed("web");
+
+    // Both busy: 2 × 90 / 50 -> 4 (max).
+    h.fake.set_group_memory("web", 90.0);
+    eventually("scaled up to 4", MINUTE, || h.fake.running("web") == 4).await;
+
+    // Load gone: held during the 60 s window, then down to min, newest removed first.
+    h.fake.set_group_memory("web", 1.0);
+    run_for(Duration::from_secs(40)).await;
+    assert_eq!(
+        h.fake.running("web"),
+        4,
+        "held during the stabilization window"
+    );
+    eventually("back to min", MINUTE, || h.fake.running("web") == 1).await;
+    let left = &h.fake.managed("web")[0].0;
+    assert!(
+        first_two.iter().any(|(n, _)| n == left),
+        "the oldest survives"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_touches_instances_it_did_not_create() {
+    let fake = Arc::new(FakeIncus::default());
+    fake.add("web-manual", "Running", &[]);
+    fake.add("web-other", "Running", &[(GROUP_KEY, "WEB")]); // case differs: not ours
+    fake.add("web-stopped", "Stopped", &[(GROUP_KEY, "webby")]);
+    fake.add("api-1", "Running", &[(GROUP_KEY, "api")]);
+    let h = Harness::start(&web(0, 1), fake);
+    // max 1 with 0 managed: nothing to do; then min 2 max 2; then back to 0..1.
+    run_for(Duration::from_secs(5)).await;
+    h.reload(&web(2, 2));
+    eventually("2 managed", MINUTE, || h.fake.running("web") == 2).await;
+    h.fake.set_group_memory("web", 0.0);
+    h.reload(&web(0, 1).replace("60s", "1s"));
+    eventually("down to 1", MINUTE, || h.fake.managed("web").len() == 1).await;
+    for name in ["web-manual", "web-other", "web-stopped", "api-1"] {
+        assert!(h.fake.exists(name), "{name} was touched");
+    }
+    assert_eq!(
+        h.fake.get_instance("web-stopped").unwrap().status,
+        "Stopped"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_metrics_never_scale_down() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(1.0));
+    let h = Harness::start(&web(3, 5).replace("60s", "1s"), fake);
+    eventually("3 running", MINUTE, || h.fake.running("web") == 3).await;
+    h.reload(&web(1, 5).replace("60s", "1s"));
+    let victim = h.fake.managed("web")[0].0.clone();
+    h.fake.set_memory(&victim, None);
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(
+        h.fake.running("web"),
+        3,
+        "no scale-down while a reading is missing"
+    );
+    h.fake.set_memory(&victim, Some(mem(1.0)));
+    eventually("down to 1 once readings are back", MINUTE, || {
+        h.fake.running("web") == 1
+    })
+    .await;
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_group_does_not_stop_the_others_and_leaves_nothing_behind() {
+    let toml = format!(
+        "{}\n[groups.bad]\nmax = 2\nmemory_threshold = 50\nimage = \"{FAILS_TO_START}\"\n\
+         [groups.gone]\nmax = 2\nmemory_threshold = 50\nimage = \"{MISSING_IMAGE}\"\n",
+        web(2, 3)
+    );
+    let h = Harness::start(&toml, Arc::new(FakeIncus::default()));
+    eventually("web reaches min", MINUTE, || h.fake.running("web") == 2).await;
+    run_for(Duration::from_secs(30)).await;
+    assert!(
+        h.fake.managed("bad").is_empty(),
+        "a failed start is cleaned up"
+    );
+    assert!(h.fake.managed("gone").is_empty());
+    // Backoff: far fewer attempts than one per 2 s interval over 30 s (1+2+4+8+16 s).
+    let creates = h.fake.calls("create");
+    assert!(creates <= 2 + 2 * 6, "{creates} create calls");
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn stopped_managed_instances_are_started_again() {
+    let fake = Arc::new(FakeIncus::default());
+    fake.add("web-left01", "Stopped", &[(GROUP_KEY, "web")]);
+    let h = Harness::start(&web(1, 3), fake);
+    eventually("restarted", MINUTE, || h.fake.running("web") == 1).await;
+    assert_eq!(
+        h.fake.managed("web")[0].0,
+        "web-left01",
+        "started, not replaced"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn incus_outage_is_survived() {
+    let h = Harness::start(&web(1, 3), Arc::new(FakeIncus::default()));
+    eventually("1 running", MINUTE, || h.fake.running("web") == 1).await;
+    h.fake.set_down(true);
+    run_for(Duration::from_secs(20)).await;
+    h.fake.set_down(false);
+    h.reload(&web(2, 3));
+    eventually("acts again after the outage", MINUTE, || {
+        h.fake.running("web") == 2
+    })
+    .await;
+    assert!(!h.task.is_finished());
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bad_reload_keeps_the_last_good_state_and_a_removed_group_is_left_alone() {
+    let h = Harness::start(&web(1, 3), Arc::new(FakeIncus::default()));
+    eventually("1 running", MINUTE, || h.fake.running("web") == 1).await;
+    h.reload("[groups.web]\nmax = 0\n");
+    run_for(Duration::from_secs(5)).await;
+    assert_eq!(h.fake.running("web"), 1);
+    h.reload(&web(3, 3));
+    eventually("raised min applied", MINUTE, || h.fake.running("web") == 3).await;
+    h.reload("[daemon]\ninterval = \"2s\"\n");
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(
+        h.fake.running("web"),
+        3,
+        "instances of a removed group are left alone"
+    );
+    let state = h.shutdown().await;
+    assert!(state.groups.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_finishes_the_action_in_flight_and_starts_no_new_one() {
+    let h = Harness::start(&web(5, 5), Arc::new(FakeIncus::default()));
+    // Creations take 200 ms each: ask to stop during the third one.
+    run_for(CREATE_TIME * 5 / 2).await;
+    let Harness {
+        events, task, fake, ..
+    } = h;
+    events.send(incus_hpa::daemon::Event::Shutdown).unwrap();
+    within(MINUTE, task).await.unwrap();
+    assert_eq!(
+        fake.running("web"),
+        3,
+        "the third creation completed, no fourth began"
+    );
+    assert_eq!(fake.calls("create"), 3);
+}

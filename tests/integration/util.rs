@@ -1,0 +1,113 @@
+//! Test harness: a daemon loop over the fake Incus in a task, driven by events, observed by
+//! polling under tokio's paused clock (waiting costs no real time).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use incus_hpa::config;
+use incus_hpa::daemon::{run_loop, Event};
+use incus_hpa::model::DesiredState;
+use incus_hpa::reconciler::Context;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
+
+use crate::fake::FakeIncus;
+
+/// A running daemon loop over a fake Incus, reading its desired state from a temp file.
+pub struct Harness {
+    pub fake: Arc<FakeIncus>,
+    pub events: UnboundedSender<Event>,
+    pub task: JoinHandle<DesiredState>,
+    pub file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    /// Starts the loop with `toml` as the desired state and `fake` as Incus.
+    pub fn start(toml: &str, fake: Arc<FakeIncus>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("desired-state.toml");
+        std::fs::write(&file, toml).unwrap();
+        let loaded = config::load(&file).unwrap_or_else(|e| panic!("{:#?}", e.diagnostics));
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctx = Context {
+            incus: fake.clone(),
+            memory: fake.clone(),
+            stop,
+        };
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let path = file.clone();
+        let task = tokio::spawn(run_loop(
+            ctx,
+            loaded.state,
+            Box::new(move || config::load(&path)),
+            rx,
+        ));
+        Self {
+            fake,
+            events: tx,
+            task,
+            file,
+            _dir: dir,
+        }
+    }
+
+    /// Replaces the desired-state file and sends a reload.
+    pub fn reload(&self, toml: &str) {
+        std::fs::write(&self.file, toml).unwrap();
+        self.events.send(Event::Reload).unwrap();
+    }
+
+    /// Sends a shutdown and returns the desired state the loop ended with.
+    pub async fn shutdown(self) -> DesiredState {
+        self.events.send(Event::Shutdown).unwrap();
+        self.task.await.unwrap()
+    }
+}
+
+/// Polls `cond` every 100 ms of (paused) time until it holds, or panics after `within`.
+pub async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Lets the loop run for `d` of paused time.
+pub async fn run_for(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+/// A group `web` with the given bounds, a 2 s interval and a 60 s scale-down window.
+pub fn web(min: u32, max: u32) -> String {
+    format!(
+        r#"
+[daemon]
+interval = "2s"
+
+[groups.web]
+min = {min}
+max = {max}
+memory_threshold = 50
+image = "busybox"
+scale_down_stabilization = "60s"
+
+[groups.web.config]
+"limits.memory" = "100MiB"
+"#
+    )
+}
+
+/// Awaits `f` for at most `d` of paused time.
+pub async fn within<T>(d: Duration, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(d, f)
+        .await
+        .expect("did not finish in time")
+}
