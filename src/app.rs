@@ -98,6 +98,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    let signals = tx.clone();
     tokio::spawn(async move {
         loop {
             let ev = tokio::select! {
@@ -105,12 +106,20 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<()> {
                 _ = int.recv() => Event::Shutdown,
                 _ = hup.recv() => Event::Reload,
             };
-            if tx.send(ev).is_err() {
+            if signals.send(ev).is_err() {
                 break;
             }
         }
     });
 
+    // Saving the file reloads it, like SIGHUP does.
+    let _watch = match crate::watch::watch(path, tx.clone()) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!("{e}; reload with SIGHUP (systemctl reload incus-hpa)");
+            None
+        }
+    };
     if !daemon::wait_for_incus(&ctx, &mut events).await {
         systemd::stopping();
         return Ok(());

@@ -34,10 +34,34 @@ pub enum Command {
         #[arg(long, short, default_value = DEFAULT_PATH)]
         config: PathBuf,
     },
+    /// Write the man page and shell completions into DIR (used to build the package).
+    #[command(hide = true)]
+    GenerateAssets {
+        /// Where to write `incus-hpa.1` and the completions.
+        dir: PathBuf,
+    },
     /// Show what the daemon would decide now for each group, without acting (a dry run).
     Plan {
         /// The desired-state file.
         #[arg(long, short, default_value = DEFAULT_PATH)]
         config: PathBuf,
     },
+}
+
+/// Writes `incus-hpa.1` and completions for bash, zsh and fish into `dir`.
+pub fn generate_assets(dir: &std::path::Path) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir)?;
+    let cmd = Cli::command();
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+    std::fs::write(dir.join("incus-hpa.1"), page)?;
+    for shell in [
+        clap_complete::Shell::Bash,
+        clap_complete::Shell::Zsh,
+        clap_complete::Shell::Fish,
+    ] {
+        clap_complete::generate_to(shell, &mut cmd.clone(), "incus-hpa", dir)?;
+    }
+    Ok(())
 }

@@ -18,3 +18,4 @@ pub mod model;
 pub mod observe;
 pub mod reconciler;
 pub mod systemd;
+pub mod watch;

@@ -7,8 +7,18 @@ use incus_hpa::{app, cli::Cli, cli::Command, logging};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Validate { config } = &cli.command {
-        return app::validate(config);
+    match &cli.command {
+        Command::Validate { config } => return app::validate(config),
+        Command::GenerateAssets { dir } => {
+            return match incus_hpa::cli::generate_assets(dir) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("incus-hpa: cannot write to {}: {e}", dir.display());
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Run { .. } | Command::Plan { .. } => {}
     }
     logging::init();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -27,7 +37,7 @@ fn main() -> ExitCode {
                 .await
                 .map(|()| ExitCode::SUCCESS),
             Command::Plan { config } => app::plan(&cli.incus_socket, config).await,
-            Command::Validate { .. } => unreachable!("handled above"),
+            Command::Validate { .. } | Command::GenerateAssets { .. } => Ok(ExitCode::SUCCESS),
         }
     });
     match result {

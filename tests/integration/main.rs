@@ -6,3 +6,4 @@ mod fake;
 mod real_incus;
 mod reconcile;
 mod util;
+mod watch;
