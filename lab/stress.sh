@@ -179,14 +179,20 @@ release_one() {
     incus exec "${proj_args[@]}" -n -T "$1" -- rm -f "$FILL_FILE" >/dev/null 2>&1
 }
 
-# --- release mode -------------------------------------------------------------------------
-mapfile -t instances < <(managed_running)
+# --- the group's running instances ---------------------------------------------------------
+where=
+[ -z "$project" ] || where=" in project '$project'"
+if [ -n "$project" ] && ! incus project show "$project" >/dev/null 2>&1; then
+    die "there is no Incus project '$project' (see: incus project list)" 2
+fi
+listing=$(managed_running) || die "cannot list the instances$where (see the error above)" 2
+instances=()
+[ -z "$listing" ] || mapfile -t instances <<<"$listing"
 if [ "${#instances[@]}" -eq 0 ]; then
-    where=
-    [ -z "$project" ] || where=" in project '$project'"
     die "no running instance is managed by incus-hpa for group '$group'$where (looked for $GROUP_KEY=$group exactly; see: incus list ${proj_args[*]}${project:+ }$GROUP_KEY=$group)" 2
 fi
 
+# --- release mode ----------------------------------------------------------------------------
 if [ "$release_only" -eq 1 ]; then
     rc=0
     for name in "${instances[@]}"; do
@@ -241,7 +247,7 @@ for name in "${instances[@]}"; do
     usage=${st#* }
     [ -n "$st" ] || usage=0
     target=$((limit * percent / 100))
-    need_mib=$(( (target - usage) / 1048576 ))
+    need_mib=$(( (target - usage + 524288) / 1048576 ))
     if [ "$need_mib" -le 0 ]; then
         echo "$name: already at $(mib "$usage") MiB of $(mib "$limit") MiB (>= $percent %), nothing written"
         continue
@@ -286,7 +292,7 @@ done
 [ "${#filled[@]}" -gt 0 ] || [ "$failed" -eq 0 ] || die "no instance could be filled" 1
 
 if [ "$hold" -eq 0 ]; then
-    echo "fill left in place; release it with: $prog ${project:+--project $project }--release $group"
+    echo "fill left in place; release it with: $0 ${project:+--project $project }--release $group"
     exit "$failed"
 fi
 

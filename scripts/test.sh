@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (root on Debian 12): sets Incus up when it is missing,
-# then formatting, lints, unit and integration tests, and the real-Incus tests, which fail
-# (never skip) when Incus cannot be used.
+# then formatting, lints, unit and integration tests, the real-Incus tests (which fail, never
+# skip, when Incus cannot be used), the unit's hardening score, and the end-to-end test of the
+# .deb under a real systemd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,3 +19,18 @@ echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== cargo test (unit, fake Incus, CLI, real Incus)"
 cargo test --all-targets --locked -- --include-ignored
+
+echo "== systemd unit exposure (at most 2.0)"
+command -v systemd-analyze >/dev/null ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null
+exposure=$(systemd-analyze security --offline=true --no-pager systemd/incus-hpa.service |
+    sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+echo "exposure: $exposure"
+awk -v e="$exposure" 'BEGIN { exit !(e != "" && e <= 2.0) }' || {
+    echo "test.sh: the unit's exposure ${exposure:-unknown} is above 2.0" >&2
+    exit 1
+}
+
+echo "== end-to-end under systemd (package, enable, reload, journal, watchdog, stop)"
+bash scripts/e2e-systemd.sh
+echo "all tests passed"

@@ -27,10 +27,16 @@ pub fn watch(file: &Path, events: UnboundedSender<Event>) -> Result<Watch, Strin
         .ok_or_else(|| format!("{} has no directory to watch", file.display()))?
         .to_path_buf();
     let name = file.file_name().map(|n| n.to_owned());
+    // Reading the file (as a reload does) is an event too: only a real change counts.
+    let mut last = fingerprint(&file);
     let mut debouncer = new_debouncer(DEBOUNCE, move |res: DebounceEventResult| match res {
         Ok(evs) => {
             if evs.iter().any(|e| e.path.file_name() == name.as_deref()) {
-                let _ = events.send(Event::Reload);
+                let now = fingerprint(&file);
+                if now != last {
+                    last = now;
+                    let _ = events.send(Event::Reload);
+                }
             }
         }
         Err(e) => tracing::warn!(error = %e, "watching the desired-state file failed: {e}"),
@@ -43,4 +49,20 @@ pub fn watch(file: &Path, events: UnboundedSender<Event>) -> Result<Watch, Strin
     Ok(Watch {
         _debouncer: debouncer,
     })
+}
+
+/// What identifies a version of the file: device, inode, size, modification and change times
+/// (a `chmod` matters too: the daemon checks the mode). `None` when it does not exist.
+fn fingerprint(file: &Path) -> Option<(u64, u64, u64, i64, i64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file).ok()?;
+    Some((
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    ))
 }

@@ -32,8 +32,14 @@ async fn saving_renaming_and_deleting_the_file_reload() {
     std::fs::remove_file(&file).unwrap();
     next(&mut rx, "a deletion").await;
 
-    // Unrelated files in the directory: no reload (checked after the debounce has passed).
+    // Unrelated files in the directory, and reading the file (as a reload does): no reload
+    // (checked after the debounce has passed).
+    std::fs::write(&file, "").unwrap();
+    next(&mut rx, "re-creation").await;
     std::fs::write(dir.path().join("other.txt"), "x").unwrap();
+    for _ in 0..3 {
+        let _ = std::fs::read_to_string(&file).unwrap();
+    }
     let quiet = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await;
     assert!(quiet.is_err(), "reloaded for an unrelated file: {quiet:?}");
 }

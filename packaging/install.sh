@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs incus-hpa from source on a systemd machine that is not Debian (run as root from a
+# checkout): the binary in /usr/local/bin, the unit in /etc/systemd/system, the desired-state
+# file in /etc/incus-hpa (kept if present), and a system user in the Incus socket's group.
+# Set INCUS_GROUP when the socket's group is not incus-admin. Does not start the daemon.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" -eq 0 ] || { echo "install.sh: run me as root" >&2; exit 1; }
+group=${INCUS_GROUP:-incus-admin}
+
+if [ ! -x target/release/incus-hpa ]; then
+    cargo build --release --locked
+fi
+install -Dm0755 target/release/incus-hpa /usr/local/bin/incus-hpa
+sed -e 's|/usr/bin/incus-hpa|/usr/local/bin/incus-hpa|g' \
+    -e "s|^SupplementaryGroups=.*|SupplementaryGroups=$group|" \
+    systemd/incus-hpa.service >/etc/systemd/system/incus-hpa.service
+getent group "$group" >/dev/null || groupadd --system "$group"
+getent passwd incus-hpa >/dev/null ||
+    useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin incus-hpa
+usermod -aG "$group" incus-hpa
+if [ ! -e /etc/incus-hpa/desired-state.toml ]; then
+    install -Dm0640 -o root -g incus-hpa packaging/desired-state.toml /etc/incus-hpa/desired-state.toml
+fi
+assets=$(mktemp -d)
+/usr/local/bin/incus-hpa generate-assets "$assets"
+install -Dm0644 "$assets/incus-hpa.1" /usr/local/share/man/man1/incus-hpa.1
+install -Dm0644 "$assets/incus-hpa.bash" /usr/local/share/bash-completion/completions/incus-hpa
+rm -rf "$assets"
+systemctl daemon-reload 2>/dev/null || true
+echo "installed. Declare a group in /etc/incus-hpa/desired-state.toml, then: systemctl enable --now incus-hpa"

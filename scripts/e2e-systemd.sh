@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# End-to-end test under a real systemd: boots a Debian bookworm container (systemd as PID 1,
+# unprivileged), hands it the host's Incus socket through a proxy device, installs the .deb and
+# checks what an operator does: enable --now, save a group, reload, a broken edit, the journal
+# fields, the watchdog, stop. The daemon inside creates its instances on the host's Incus.
+# Exits non-zero on the first failed check; removes its container and instances in any case.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'e2e: %s\n' "$*" >&2; }
+fail() { log "FAILED: $*"; dump; exit 1; }
+
+suffix=$(printf '%04x%04x' $RANDOM $RANDOM)
+ct=incus-hpa-e2e-$suffix
+group=e2e$suffix
+key=user.incus-hpa.group
+conf=/etc/incus-hpa/desired-state.toml
+
+in_ct() { incus exec "$ct" -- "$@"; }
+dump() {
+    log "--- journal of incus-hpa in $ct ---"
+    in_ct journalctl -u incus-hpa --no-pager -n 60 2>/dev/null >&2 || true
+}
+# Managed instances of the test group on the host, exact key match.
+managed() {
+    incus list -f csv -c n,s "$key=$group" | while IFS=, read -r name status; do
+        [ "$(incus config get "$name" "$key")" = "$group" ] && echo "$name,$status"
+    done
+}
+running() { managed | grep -c ',RUNNING$' || true; }
+count_is() { [ "$(running)" -eq "$1" ]; }
+# until DESCRIPTION SECONDS COMMAND...: polls COMMAND every half second.
+until_ok() {
+    local what=$1 secs=$2 start=$SECONDS
+    shift 2
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS - start < secs)) || fail "timed out after ${secs}s waiting for: $what"
+        sleep 0.5
+    done
+    log "ok: $what ($((SECONDS - start))s)"
+}
+cleanup() {
+    incus delete --force "$ct" >/dev/null 2>&1 || true
+    for n in $(incus list -f csv -c n "$key=$group"); do
+        [ "$(incus config get "$n" "$key" 2>/dev/null)" = "$group" ] && incus delete --force "$n" >/dev/null 2>&1
+    done
+    true
+}
+# KEEP=1 leaves the container for a look after a failure.
+trap '[ -n "${KEEP:-}" ] || cleanup' EXIT
+
+desired() { # min
+    in_ct sh -c "cat > $conf" <<TOML
+[daemon]
+interval = "2s"
+
+[groups.$group]
+min = $1
+max = 5
+memory_threshold = 80
+image = "busybox"
+stop_timeout = "1s"
+
+[groups.$group.config]
+"limits.memory" = "64MiB"
+TOML
+}
+
+started=$SECONDS
+bash scripts/setup-incus.sh
+bash scripts/build-debian-image.sh
+deb=$(bash packaging/build-deb.sh)
+log "package: $deb"
+
+log "booting $ct"
+incus launch incus-hpa-bookworm "$ct" >/dev/null
+until_ok "systemd up in the container" 120 in_ct test -S /run/systemd/private
+in_ct systemctl is-system-running --wait >/dev/null 2>&1 || true
+
+incus file push "$deb" "$ct/tmp/incus-hpa.deb"
+in_ct env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/incus-hpa.deb >/dev/null 2>&1 ||
+    in_ct dpkg -i /tmp/incus-hpa.deb
+[ "$(in_ct stat -c %U:%G:%a $conf)" = "root:incus-hpa:640" ] || fail "config file ownership"
+in_ct id -nG incus-hpa | grep -qw incus-admin || fail "incus-hpa is not in incus-admin"
+in_ct man -w incus-hpa >/dev/null 2>&1 || in_ct test -e /usr/share/man/man1/incus-hpa.1.gz || fail "no man page"
+
+# The host's socket, owned by the container's incus-admin group.
+gid=$(in_ct getent group incus-admin | cut -d: -f3)
+in_ct mkdir -p /var/lib/incus
+incus config device add "$ct" incus-socket proxy \
+    listen=unix:/var/lib/incus/unix.socket connect=unix:/var/lib/incus/unix.socket \
+    bind=instance uid=0 gid="$gid" mode=0660 >/dev/null
+
+log "enable --now with min = 2"
+desired 2
+in_ct systemctl enable --now incus-hpa
+[ "$(in_ct systemctl is-active incus-hpa)" = active ] || fail "not active after enable --now"
+until_ok "2 instances on the host" 60 count_is 2
+
+log "reload with min = 3"
+desired 3
+in_ct systemctl reload incus-hpa
+until_ok "3 instances on the host" 60 count_is 3
+before=$(managed | sort)
+
+log "a broken edit"
+in_ct sh -c "printf '[groups.$group]\nmax = 0\n' > $conf"
+in_ct systemctl reload incus-hpa
+# Journal queries by field; `grep -c` reads to the end (grep -q would SIGPIPE journalctl).
+journal() { in_ct journalctl -u incus-hpa --no-pager "$@"; }
+has_error() { [ "$(journal -o json KEY="groups.$group.max" PRIORITY=3 | grep -c MESSAGE)" -gt 0 ]; }
+until_ok "the error in the journal" 30 has_error
+until_ok "STATUS says the config is invalid" 30 sh -c \
+    "incus exec $ct -- systemctl show -p StatusText --value incus-hpa | grep -q 'CONFIG INVALID'"
+[ "$(in_ct systemctl is-active incus-hpa)" = active ] || fail "the daemon stopped on a bad edit"
+entry=$(journal -o json KEY="groups.$group.max" -n 1)
+for field in FILE LINE COLUMN KEY; do
+    grep -q "\"$field\"" <<<"$entry" || fail "the error entry has no $field field: $entry"
+done
+# Two more intervals: nothing changes while the file is broken.
+sleep 4
+[ "$(managed | sort)" = "$before" ] || fail "instances changed while the config was broken"
+
+log "journal fields"
+[ "$(journal -o json ACTION=create GROUP="$group" OUTCOME=ok | grep -c '"INSTANCE"')" -eq 3 ] ||
+    fail "not 3 ACTION=create entries with INSTANCE"
+[ "$(journal -o json GROUP="$group" REASON=below-min DESIRED=3 | grep -c '"CURRENT":"2"')" -ge 1 ] ||
+    fail "no decision entry with CURRENT=2 DESIRED=3"
+journal -o json-pretty GROUP="$group" REASON=below-min DESIRED=3 -n 1 >&2
+journal -o json-pretty ACTION=create GROUP="$group" -n 1 >&2
+
+log "watchdog: a hung daemon is restarted"
+desired 3
+in_ct mkdir -p /run/systemd/system/incus-hpa.service.d
+in_ct sh -c 'printf "[Service]\nWatchdogSec=4s\n" > /run/systemd/system/incus-hpa.service.d/e2e.conf'
+in_ct systemctl daemon-reload
+in_ct systemctl restart incus-hpa
+pid=$(in_ct systemctl show -p MainPID --value incus-hpa)
+in_ct kill -STOP "$pid"
+until_ok "restarted by the watchdog" 60 sh -c \
+    "test \"\$(incus exec $ct -- systemctl show -p NRestarts --value incus-hpa)\" -ge 1"
+until_ok "active again" 60 sh -c "test \"\$(incus exec $ct -- systemctl is-active incus-hpa)\" = active"
+[ "$(in_ct journalctl --no-pager -u incus-hpa | grep -ci 'watchdog timeout')" -ge 1 ] || fail "no watchdog line in the journal"
+
+log "stop"
+in_ct systemctl stop incus-hpa
+[ "$(in_ct systemctl show -p Result --value incus-hpa)" = success ] || fail "stop did not end in Result=success"
+[ "$(running)" -eq 3 ] || fail "stopping the daemon changed the instances"
+
+log "PASSED in $((SECONDS - started))s"
