@@ -33,4 +33,10 @@ awk -v e="$exposure" 'BEGIN { exit !(e != "" && e <= 2.0) }' || {
 
 echo "== end-to-end under systemd (package, enable, reload, journal, watchdog, stop)"
 bash scripts/e2e-systemd.sh
+
+echo "== the README's demo"
+bash lab/demo.sh
+
+echo "== the tick-cost benchmark, smoke run (3 instances, 1 tick)"
+TICKS=1 cargo bench --locked --bench tick_cost -- 3
 echo "all tests passed"

@@ -149,3 +149,52 @@ pub trait Incus: Send + Sync {
     /// Memory of a running instance from `GET /1.0/instances/NAME/state` (expensive on 6.0).
     async fn memory_state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(created_at: &str) -> Instance {
+        Instance {
+            name: "x".into(),
+            status: "Running".into(),
+            config: HashMap::new(),
+            created_at: created_at.into(),
+            project: "default".into(),
+        }
+    }
+
+    #[test]
+    fn creation_times_order_to_the_nanosecond() {
+        let a = at("2026-11-30T04:56:52.166537123Z").created_nanos();
+        let b = at("2026-11-30T04:56:52.166537124Z").created_nanos();
+        assert!(a > 1_700_000_000_000_000_000 && b == a + 1, "{a} {b}");
+        assert_eq!(
+            at("2026-11-30T04:56:52Z").created_nanos(),
+            1_796_014_612_000_000_000
+        );
+        assert_eq!(at("garbage").created_nanos(), 0);
+    }
+
+    #[test]
+    fn images_by_alias_or_fingerprint() {
+        assert_eq!(
+            ImageSource::local("busybox").alias.as_deref(),
+            Some("busybox")
+        );
+        let fp = ImageSource::local("0123456789abcdef");
+        assert_eq!(
+            (fp.alias, fp.fingerprint.as_deref()),
+            (None, Some("0123456789abcdef"))
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let i: Instance = serde_json::from_str(
+            r#"{"name":"a","status":"Stopped","config":{},"created_at":"","new_field":1}"#,
+        )
+        .unwrap();
+        assert_eq!(i.status(), InstanceStatus::Stopped);
+    }
+}

@@ -312,3 +312,50 @@ fn real_failing_group_and_stopped_leftovers() {
     let log = lab.log();
     assert!(log.contains(&format!("group={bad}")), "{log}");
 }
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_plan_shows_the_decision_and_acts_on_nothing() {
+    let mut lab = Lab::new("plan");
+    let g = lab.group.clone();
+    incus_ok(&[
+        "launch",
+        "busybox",
+        &format!("{g}-a"),
+        "-c",
+        &format!("{KEY}={g}"),
+        "-c",
+        "limits.memory=64MiB",
+    ]);
+    lab.extra.push(format!("{g}-a"));
+    lab.exec(&format!("{g}-a"), FILL);
+    let file = lab.dir.path().join("plan.toml");
+    for source in ["cgroup", "api"] {
+        let toml = config(&g, 1, 3, "").replace(
+            "[daemon]",
+            &format!("[daemon]\nmemory_source = \"{source}\""),
+        );
+        std::fs::write(&file, toml).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_incus-hpa"))
+            .args(["plan", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{source}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // 40 MiB of 64 MiB (62 %) against a 40 % target: 2 recommended.
+        assert!(
+            text.contains(&format!("{g}: 1 instance(s)")),
+            "{source}: {text}"
+        );
+        assert!(
+            text.contains("recommends 2 (above-threshold)"),
+            "{source}: {text}"
+        );
+    }
+    assert_eq!(managed(&g).len(), 1, "plan created or deleted something");
+}
