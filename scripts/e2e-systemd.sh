@@ -147,4 +147,13 @@ in_ct systemctl stop incus-hpa
 [ "$(in_ct systemctl show -p Result --value incus-hpa)" = success ] || fail "stop did not end in Result=success"
 [ "$(running)" -eq 3 ] || fail "stopping the daemon changed the instances"
 
+log "a broken file at start: the unit fails (status 78) and is not restarted"
+in_ct sh -c "printf '[groups.$group]\nmax = 0\n' > $conf"
+if in_ct systemctl start incus-hpa 2>/dev/null; then fail "started on a broken file"; fi
+[ "$(in_ct systemctl show -p ExecMainStatus --value incus-hpa)" = 78 ] || fail "exit status is not 78"
+restarts=$(in_ct systemctl show -p NRestarts --value incus-hpa)
+sleep 6 # longer than RestartSec: no restart may follow
+[ "$(in_ct systemctl show -p NRestarts --value incus-hpa)" = "$restarts" ] || fail "restarted on a broken file"
+[ "$(journal -o json KEY="groups.$group.max" PRIORITY=3 | grep -c MESSAGE)" -gt 0 ] || fail "start error not in the journal"
+
 log "PASSED in $((SECONDS - started))s"

@@ -18,7 +18,7 @@ cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== cargo test (unit, fake Incus, CLI, real Incus)"
-cargo test --all-targets --locked -- --include-ignored
+cargo test --locked -- --include-ignored
 
 echo "== systemd unit exposure (at most 2.0)"
 command -v systemd-analyze >/dev/null ||

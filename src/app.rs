@@ -82,13 +82,18 @@ fn context(socket: &Path, state: &crate::model::DesiredState) -> anyhow::Result<
     })
 }
 
+/// Exit status of `run` when the desired-state file cannot be used at start (EX_CONFIG): the
+/// unit does not restart on it (`RestartPreventExitStatus=`), since retrying cannot help.
+pub const EXIT_CONFIG: u8 = 78;
+
 /// `incus-hpa run`: the daemon.
-pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<()> {
+pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
     let loaded = match load_strict(path) {
         Ok(l) => l,
         Err(e) => {
             daemon::log_diagnostics(&e.diagnostics);
-            return Err(e.into());
+            eprintln!("incus-hpa: {e}: not starting");
+            return Ok(ExitCode::from(EXIT_CONFIG));
         }
     };
     daemon::log_diagnostics(&loaded.warnings);
@@ -122,7 +127,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<()> {
     };
     if !daemon::wait_for_incus(&ctx, &mut events).await {
         systemd::stopping();
-        return Ok(());
+        return Ok(ExitCode::SUCCESS);
     }
     tracing::info!(
         config = %path.display(),
@@ -139,7 +144,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<()> {
     daemon::run_loop(ctx, loaded.state, loader, events).await;
     systemd::stopping();
     tracing::info!("incus-hpa stopped");
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `incus-hpa plan`: observe and decide once per group, act on nothing.

@@ -1,50 +1,38 @@
 //! The `incus-hpa` binary: parse the command line, set up logging, dispatch.
 
+use std::future::Future;
 use std::process::ExitCode;
 
 use clap::Parser;
-use incus_hpa::{app, cli::Cli, cli::Command, logging};
+use incus_hpa::{app, cli, cli::Cli, cli::Command, logging};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
-        Command::Validate { config } => return app::validate(config),
-        Command::GenerateAssets { dir } => {
-            return match incus_hpa::cli::generate_assets(dir) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("incus-hpa: cannot write to {}: {e}", dir.display());
-                    ExitCode::FAILURE
-                }
-            };
-        }
-        Command::Run { .. } | Command::Plan { .. } => {}
+        Command::Validate { config } => app::validate(config),
+        Command::GenerateAssets { dir } => match cli::generate_assets(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("incus-hpa: cannot write to {}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run { config } => block_on(app::run(&cli.incus_socket, config)),
+        Command::Plan { config } => block_on(app::plan(&cli.incus_socket, config)),
     }
+}
+
+/// Runs an async command on a single-threaded runtime, with logging set up; errors end up on
+/// stderr (and so in the journal) as one line with their causes.
+fn block_on(command: impl Future<Output = anyhow::Result<ExitCode>>) -> ExitCode {
     logging::init();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("incus-hpa: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async {
-        match &cli.command {
-            Command::Run { config } => app::run(&cli.incus_socket, config)
-                .await
-                .map(|()| ExitCode::SUCCESS),
-            Command::Plan { config } => app::plan(&cli.incus_socket, config).await,
-            Command::Validate { .. } | Command::GenerateAssets { .. } => Ok(ExitCode::SUCCESS),
-        }
-    });
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("incus-hpa: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(command));
+    result.unwrap_or_else(|e| {
+        eprintln!("incus-hpa: {e:#}");
+        ExitCode::FAILURE
+    })
 }

@@ -117,6 +117,6 @@ fn run_refuses_a_file_others_can_write() {
         .arg(&file)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
     assert!(String::from_utf8_lossy(&out.stderr).contains("writable by others"));
 }
