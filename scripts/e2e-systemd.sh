@@ -93,6 +93,8 @@ incus config device add "$ct" incus-socket proxy \
 
 log "enable --now with min = 2"
 desired 2
+in_ct incus-hpa validate >/dev/null || fail "incus-hpa validate refused the file"
+in_ct incus-hpa plan | grep -q "^$group: 0 instance(s)" || fail "incus-hpa plan"
 in_ct systemctl enable --now incus-hpa
 [ "$(in_ct systemctl is-active incus-hpa)" = active ] || fail "not active after enable --now"
 until_ok "2 instances on the host" 60 count_is 2
@@ -155,5 +157,27 @@ restarts=$(in_ct systemctl show -p NRestarts --value incus-hpa)
 sleep 6 # longer than RestartSec: no restart may follow
 [ "$(in_ct systemctl show -p NRestarts --value incus-hpa)" = "$restarts" ] || fail "restarted on a broken file"
 [ "$(journal -o json KEY="groups.$group.max" PRIORITY=3 | grep -c MESSAGE)" -gt 0 ] || fail "start error not in the journal"
+
+log "packaging/install.sh on a second systemd container (no .deb)"
+ct2=$ct-src
+incus launch incus-hpa-bookworm "$ct2" >/dev/null
+cleanup_src() { incus delete --force "$ct2" >/dev/null 2>&1 || true; }
+trap '[ -n "${KEEP:-}" ] || { cleanup; cleanup_src; }' EXIT
+until_ok "systemd up in $ct2" 120 incus exec "$ct2" -- test -S /run/systemd/private
+src=$(mktemp -d)
+git archive HEAD systemd packaging | tar -x -C "$src"
+install -Dm0755 target/release/incus-hpa "$src/target/release/incus-hpa"
+tar -C "$src" -cf - . | incus exec "$ct2" -- sh -c 'mkdir -p /root/src && tar -x -C /root/src'
+rm -rf "$src"
+incus exec "$ct2" -- bash /root/src/packaging/install.sh >/dev/null
+# No Incus socket in this container: the daemon starts and waits for Incus (not ready yet).
+incus exec "$ct2" -- systemctl start --no-block incus-hpa
+incus exec "$ct2" -- id -nG incus-hpa | grep -qw incus-admin || fail "install.sh: user not in incus-admin"
+[ "$(incus exec "$ct2" -- stat -c %U:%G:%a $conf)" = "root:incus-hpa:640" ] || fail "install.sh: config mode"
+incus exec "$ct2" -- systemctl cat incus-hpa | grep -q '^ExecStart=/usr/local/bin/incus-hpa run' ||
+    fail "install.sh: unit not installed"
+waiting() { [ "$(incus exec "$ct2" -- journalctl -u incus-hpa --no-pager | grep -c 'cannot reach Incus')" -gt 0 ]; }
+until_ok "the source-installed daemon runs and waits for Incus" 30 waiting
+cleanup_src
 
 log "PASSED in $((SECONDS - started))s"
