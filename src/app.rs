@@ -125,9 +125,16 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
             None
         }
     };
-    if !daemon::wait_for_incus(&ctx, &mut events).await {
-        systemd::stopping();
-        return Ok(ExitCode::SUCCESS);
+    match daemon::wait_for_incus(&ctx, &mut events).await {
+        daemon::Waited::Shutdown => {
+            systemd::stopping();
+            return Ok(ExitCode::SUCCESS);
+        }
+        // The file changed while Incus was not there yet: apply it at once.
+        daemon::Waited::Ready { reload: true } => {
+            let _ = tx.send(Event::Reload);
+        }
+        daemon::Waited::Ready { reload: false } => {}
     }
     tracing::info!(
         config = %path.display(),

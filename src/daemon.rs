@@ -41,23 +41,39 @@ pub fn log_diagnostics(diags: &[crate::config::Diagnostic]) {
     }
 }
 
-/// Waits until Incus answers, retrying with backoff; `false` when asked to shut down first.
-pub async fn wait_for_incus(ctx: &Context, events: &mut UnboundedReceiver<Event>) -> bool {
+/// How waiting for Incus ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// Incus answered; `reload` says a reload was asked for meanwhile.
+    Ready { reload: bool },
+    /// A shutdown was asked for first.
+    Shutdown,
+}
+
+/// Waits until Incus answers, retrying with backoff, and remembers a reload asked for meanwhile.
+pub async fn wait_for_incus(ctx: &Context, events: &mut UnboundedReceiver<Event>) -> Waited {
     let mut failures = 0;
+    let mut reload = false;
     loop {
         match ctx.incus.server_version().await {
             Ok(v) => {
                 tracing::info!(incus_version = %v, "connected to Incus {v}");
-                return true;
+                return Waited::Ready { reload };
             }
             Err(e) => {
                 let delay = backoff(failures).min(Duration::from_secs(30));
                 failures += 1;
                 tracing::warn!(error = %e, "{e}; retrying in {}", humantime::format_duration(delay));
                 systemd::status(&format!("waiting for Incus: {e}"));
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    ev = events.recv() => if matches!(ev, Some(Event::Shutdown) | None) { return false },
+                let deadline = tokio::time::Instant::now() + delay;
+                loop {
+                    tokio::select! {
+                        _ = sleep_until(deadline) => break,
+                        ev = events.recv() => match ev {
+                            Some(Event::Reload) => reload = true,
+                            Some(Event::Shutdown) | None => return Waited::Shutdown,
+                        },
+                    }
                 }
             }
         }

@@ -197,3 +197,34 @@ async fn shutdown_finishes_the_action_in_flight_and_starts_no_new_one() {
     );
     assert_eq!(fake.calls("create"), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn waiting_for_incus_remembers_a_reload_and_honours_a_shutdown() {
+    use incus_hpa::daemon::{wait_for_incus, Event, Waited};
+    use incus_hpa::reconciler::Context;
+
+    let fake = Arc::new(FakeIncus::default());
+    let ctx = Context {
+        incus: fake.clone(),
+        memory: fake.clone(),
+        stop: Default::default(),
+    };
+    fake.set_down(true);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tx.send(Event::Reload).unwrap();
+    let up = fake.clone();
+    tokio::spawn(async move {
+        run_for(Duration::from_secs(10)).await;
+        up.set_down(false);
+    });
+    let waited = within(MINUTE, wait_for_incus(&ctx, &mut rx)).await;
+    assert_eq!(waited, Waited::Ready { reload: true });
+    assert!(fake.calls("server_version") > 2, "retried while down");
+
+    fake.set_down(true);
+    tx.send(Event::Shutdown).unwrap();
+    assert_eq!(
+        within(MINUTE, wait_for_incus(&ctx, &mut rx)).await,
+        Waited::Shutdown
+    );
+}
