@@ -105,25 +105,30 @@ async fn create(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), I
         profiles: spec.profiles.clone(),
         start: true,
     };
+    // Creation may have got as far as a stopped instance.
     let result = incus.create(&spec.project, &req).await;
-    if result.is_err() {
-        // Creation may have got as far as a stopped instance: remove it if it is ours.
-        if let Err(e) = remove(incus, spec, name).await {
-            tracing::warn!(group = %spec.name, instance = name, error = %e,
-                "could not clean up {name} after a failed creation: {e}");
-        }
-    }
-    result
+    remove_if_failed(incus, spec, name, result).await
 }
 
 async fn start(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), IncusError> {
     let result = incus
         .change_state(&spec.project, name, StateChange::Start)
         .await;
+    remove_if_failed(incus, spec, name, result).await
+}
+
+/// After a failed creation or start, removes what is left of `name` (if it is ours), so that no
+/// broken instance stays behind; returns the original result.
+async fn remove_if_failed(
+    incus: &dyn Incus,
+    spec: &GroupSpec,
+    name: &str,
+    result: Result<(), IncusError>,
+) -> Result<(), IncusError> {
     if result.is_err() {
         if let Err(e) = remove(incus, spec, name).await {
             tracing::warn!(group = %spec.name, instance = name, error = %e,
-                "could not remove {name}, which failed to start: {e}");
+                "could not remove {name}, which failed to come up: {e}");
         }
     }
     result
