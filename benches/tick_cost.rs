@@ -54,6 +54,8 @@ fn spec() -> GroupSpec {
         config: BTreeMap::from([("limits.memory".into(), "64MiB".into())]),
         scale_down_stabilization: Duration::from_secs(300),
         scale_up_stabilization: Duration::ZERO,
+        max_scale_up_step: None,
+        max_scale_down_step: None,
         stop_timeout: Duration::from_secs(1),
     }
 }

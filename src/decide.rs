@@ -5,7 +5,8 @@
 //! change while `|utilization / threshold − 1| ≤ tolerance`, clamped to `[min, max]`; scale-down
 //! takes the highest recommendation seen during the stabilization window. Missing metrics never
 //! lead to a scale-down: on the way up they count as 0 %, and if that flips the direction or lands
-//! within tolerance, the count is kept.
+//! within tolerance, the count is kept. Optional step limits cut how many instances one pass
+//! adds or removes (never when restoring `min` or `max`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -65,6 +66,11 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &History, now: Insta
         Reason::BelowMin | Reason::AboveMax => (recommendation, reason),
         _ => stabilize(spec, current, recommendation, reason, history, now),
     };
+    let (desired, step_limited) = match reason {
+        // Bounds are restored at once; only metric-driven changes go step by step.
+        Reason::BelowMin | Reason::AboveMax => (desired, false),
+        _ => limit_step(spec, current, desired),
+    };
 
     Plan {
         current,
@@ -72,8 +78,21 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &History, now: Insta
         utilization,
         recommendation,
         reason,
+        step_limited,
         actions: actions(obs, current, desired),
     }
+}
+
+/// Cuts a change to the group's step limits; says whether it did.
+fn limit_step(spec: &GroupSpec, current: u32, desired: u32) -> (u32, bool) {
+    let limited = if desired > current {
+        spec.max_scale_up_step
+            .map_or(desired, |s| desired.min(current.saturating_add(s)))
+    } else {
+        spec.max_scale_down_step
+            .map_or(desired, |s| desired.max(current.saturating_sub(s)))
+    };
+    (limited, limited != desired)
 }
 
 /// The recommendation before stabilization, and why.

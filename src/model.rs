@@ -103,6 +103,10 @@ pub struct GroupSpec {
     pub config: BTreeMap<String, String>,
     pub scale_down_stabilization: Duration,
     pub scale_up_stabilization: Duration,
+    /// At most this many instances added by one reconcile (`None`: no limit).
+    pub max_scale_up_step: Option<u32>,
+    /// At most this many instances removed by one reconcile (`None`: no limit).
+    pub max_scale_down_step: Option<u32>,
     /// How long a graceful stop may take before the instance is stopped by force.
     pub stop_timeout: Duration,
 }
@@ -220,5 +224,7 @@ pub struct Plan {
     /// The recommendation before stabilization (kept in the history).
     pub recommendation: u32,
     pub reason: Reason,
+    /// True when `max_scale_up_step` / `max_scale_down_step` cut the change.
+    pub step_limited: bool,
     pub actions: Vec<Action>,
 }

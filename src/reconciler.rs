@@ -281,6 +281,11 @@ fn log_decision(spec: &GroupSpec, plan: &Plan, notable: bool) {
         Reason::NoMetrics => format!("no memory reading: keeping {c}"),
         Reason::WithinTolerance => format!("memory {util} near target {target}%: keeping {c}"),
     };
+    let msg = if plan.step_limited {
+        format!("{msg} (step limit; {} recommended)", plan.recommendation)
+    } else {
+        msg
+    };
     let g = spec.name.as_str();
     let reason = plan.reason.as_str();
     if !notable {

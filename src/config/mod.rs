@@ -71,6 +71,8 @@ const GROUP_KEYS: &[&str] = &[
     "config",
     "scale_down_stabilization",
     "scale_up_stabilization",
+    "max_scale_up_step",
+    "max_scale_down_step",
     "stop_timeout",
     "allow_privileged",
 ];
@@ -188,6 +190,20 @@ fn group(c: &mut Collector, name: GroupName, mut t: Fields) -> Option<GroupSpec>
     let project = t.string(c, "project");
     let down = t.duration(c, "scale_down_stabilization");
     let up = t.duration(c, "scale_up_stabilization");
+    let up_step = t.count(c, "max_scale_up_step");
+    let down_step = t.count(c, "max_scale_down_step");
+    for (key, step) in [
+        ("max_scale_up_step", &up_step),
+        ("max_scale_down_step", &down_step),
+    ] {
+        if let Some((0, span)) = step {
+            c.error(
+                Some(span.clone()),
+                &t.key(key),
+                "must be at least 1 (leave it out for no limit)",
+            );
+        }
+    }
     let stop_timeout = t.duration(c, "stop_timeout");
     let allow_privileged = t.boolean(c, "allow_privileged").is_some_and(|(b, _)| b);
     let config = t
@@ -293,6 +309,8 @@ fn group(c: &mut Collector, name: GroupName, mut t: Fields) -> Option<GroupSpec>
         config,
         scale_down_stabilization: secs(down, 300),
         scale_up_stabilization: secs(up, 0),
+        max_scale_up_step: up_step.map(|(s, _)| s),
+        max_scale_down_step: down_step.map(|(s, _)| s),
         stop_timeout: secs(stop_timeout, 30),
         name,
     })

@@ -59,6 +59,7 @@ fn defaults_apply() {
     assert_eq!(g.profiles, vec!["default"]);
     assert_eq!(g.project, "default");
     assert_eq!(g.tolerance, 0.1);
+    assert_eq!((g.max_scale_up_step, g.max_scale_down_step), (None, None));
     assert_eq!(l.state.daemon.interval, Duration::from_secs(15));
     // No memory limit: a warning, not an error.
     assert_eq!(l.warnings.len(), 1);
@@ -152,6 +153,7 @@ fn bad_prefixes_and_reserved_keys() {
             "allow_privileged",
         ),
         ("tolerance = 1.5\n", "tolerance"),
+        ("max_scale_down_step = 0\n", "leave it out for no limit"),
         ("[daemon]\nmemory_source = \"magic\"\n", "not one of"),
     ] {
         let errs = errors(&format!("{base}{extra}"));

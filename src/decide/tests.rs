@@ -24,6 +24,8 @@ fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         config: BTreeMap::new(),
         scale_down_stabilization: Duration::from_secs(300),
         scale_up_stabilization: Duration::ZERO,
+        max_scale_up_step: None,
+        max_scale_down_step: None,
         stop_timeout: Duration::from_secs(30),
     }
 }
@@ -70,6 +72,7 @@ fn settled() -> (History, Instant) {
         utilization: None,
         recommendation: 0,
         reason: Reason::NoMetrics,
+        step_limited: false,
         actions: vec![],
     };
     h.record(t0, &p, Duration::from_secs(3600));
@@ -350,4 +353,34 @@ fn history_forgets_old_entries() {
         );
     }
     assert!(h.entries.len() <= 8);
+}
+
+#[test]
+fn step_limits_cut_metric_driven_changes_only() {
+    let mut s = spec(1, 10, 50.0);
+    s.max_scale_up_step = Some(2);
+    s.max_scale_down_step = Some(1);
+    let (h, now) = settled();
+    // 2 at 100 % of a 50 % target -> 4, cut to 2 + 2.
+    let p = decide(&s, &obs(&[100.0, 100.0]), &h, now);
+    assert_eq!((p.desired, p.step_limited), (4, false));
+    let p = decide(&s, &obs(&[100.0; 3]), &h, now);
+    assert_eq!((p.desired, p.recommendation, p.step_limited), (5, 6, true));
+    // 6 nearly idle -> 1, cut to 6 - 1.
+    let p = decide(&s, &obs(&[1.0; 6]), &h, now);
+    assert_eq!((p.desired, p.step_limited), (5, true));
+    assert_eq!(p.actions.len(), 1);
+    // Bounds are restored in one pass whatever the limits.
+    let p = decide(&spec_with_steps(3, 10), &Observation::default(), &h, now);
+    assert_eq!((p.desired, p.step_limited), (3, false));
+    let p = decide(&spec_with_steps(1, 2), &obs(&[1.0; 6]), &h, now);
+    assert_eq!((p.desired, p.step_limited), (2, false));
+}
+
+fn spec_with_steps(min: u32, max: u32) -> GroupSpec {
+    GroupSpec {
+        max_scale_up_step: Some(1),
+        max_scale_down_step: Some(1),
+        ..spec(min, max, 50.0)
+    }
 }
