@@ -70,11 +70,15 @@ fn own_uid() -> u32 {
     std::fs::metadata("/proc/self").map_or(0, |m| m.uid())
 }
 
-fn context(socket: &Path, state: &crate::model::DesiredState) -> anyhow::Result<Context> {
-    let socket = socket
+fn socket_str(socket: &Path) -> anyhow::Result<String> {
+    Ok(socket
         .to_str()
-        .context("the Incus socket path is not UTF-8")?;
-    let incus: Arc<dyn Incus> = Arc::new(UnixClient::new(socket)?);
+        .context("the Incus socket path is not UTF-8")?
+        .to_owned())
+}
+
+fn context(socket: &Path, state: &crate::model::DesiredState) -> anyhow::Result<Context> {
+    let incus: Arc<dyn Incus> = Arc::new(UnixClient::new(&socket_str(socket)?)?);
     Ok(Context {
         memory: memory::source(state.daemon.memory_source, incus.clone()),
         incus,
@@ -117,6 +121,8 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
         }
     });
 
+    // Instances that stop or vanish wake their groups up before the next interval.
+    tokio::spawn(crate::events::follow(socket_str(socket)?, tx.clone()));
     // Saving the file reloads it, like SIGHUP does.
     let _watch = match crate::watch::watch(path, tx.clone()) {
         Ok(w) => Some(w),

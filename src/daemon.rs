@@ -16,12 +16,14 @@ use crate::reconciler::{backoff, Context, Reconciler};
 use crate::systemd;
 
 /// Something the loop must react to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// Re-read the desired-state file (SIGHUP, or the file changed).
     Reload,
     /// Finish the action in flight and exit (SIGTERM, SIGINT).
     Shutdown,
+    /// An instance of this project stopped or vanished: reconcile its groups now.
+    InstanceChanged { project: String },
 }
 
 /// How the daemon reads its desired state again on reload.
@@ -71,6 +73,7 @@ pub async fn wait_for_incus(ctx: &Context, events: &mut UnboundedReceiver<Event>
                         _ = sleep_until(deadline) => break,
                         ev = events.recv() => match ev {
                             Some(Event::Reload) => reload = true,
+                            Some(Event::InstanceChanged { .. }) => {}
                             Some(Event::Shutdown) | None => return Waited::Shutdown,
                         },
                     }
@@ -111,6 +114,7 @@ pub async fn run_loop(
         tokio::select! {
             _ = sleep_until(next) => {
                 let mut shutdown = false;
+                let mut changed = Vec::new();
                 {
                     let work = reconciler.run_due(Instant::now());
                     tokio::pin!(work);
@@ -119,6 +123,7 @@ pub async fn run_loop(
                             _ = &mut work => break,
                             ev = events.recv(), if !shutdown => match ev {
                                 Some(Event::Reload) => reload = true,
+                                Some(Event::InstanceChanged { project }) => changed.push(project),
                                 Some(Event::Shutdown) | None => {
                                     tracing::info!("shutting down after the action in flight");
                                     ctx.stop.store(true, Ordering::SeqCst);
@@ -132,10 +137,14 @@ pub async fn run_loop(
                 if shutdown {
                     break;
                 }
+                for project in changed {
+                    reconciler.wake(&project, Instant::now());
+                }
                 status(&reconciler, invalid_since);
             }
             ev = events.recv() => match ev {
                 Some(Event::Reload) => reload = true,
+                Some(Event::InstanceChanged { project }) => reconciler.wake(&project, Instant::now()),
                 Some(Event::Shutdown) | None => break,
             },
             _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),

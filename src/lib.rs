@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod decide;
+pub mod events;
 pub mod incus;
 pub mod logging;
 pub mod memory;

@@ -120,6 +120,17 @@ impl Reconciler {
         }
     }
 
+    /// Makes the groups of `project` due at `now` (an instance there stopped or vanished), except
+    /// those backing off after a failure: an event must not turn a backoff into a busy loop.
+    pub fn wake(&mut self, project: &str, now: Instant) {
+        for g in self.groups.values_mut() {
+            if g.spec.project == project && g.failures == 0 && g.next > now {
+                tracing::debug!(group = %g.spec.name, "an instance in project {project} changed: reconciling now");
+                g.next = now;
+            }
+        }
+    }
+
     /// When the next group is due, if any.
     pub fn next_due(&self) -> Option<Instant> {
         self.groups.values().map(|g| g.next).min()

@@ -85,6 +85,11 @@ impl FakeIncus {
         });
     }
 
+    /// Deletes an instance behind the daemon's back.
+    pub fn remove(&self, name: &str) {
+        self.with(|s| s.instances.remove(name));
+    }
+
     pub fn set_down(&self, down: bool) {
         self.with(|s| s.down = down);
     }

@@ -359,3 +359,25 @@ fn real_plan_shows_the_decision_and_acts_on_nothing() {
     }
     assert_eq!(managed(&g).len(), 1, "plan created or deleted something");
 }
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_deleted_instance_is_replaced_on_the_incus_event() {
+    let mut lab = Lab::new("event");
+    let g = lab.group.clone();
+    // One pass at start, then none for an hour: only the lifecycle event can trigger the next.
+    lab.start(&config(&g, 2, 3, "").replace("interval = \"1s\"", "interval = \"1h\""));
+    eventually(&lab, "min (2) running", Duration::from_secs(60), || {
+        running(&g) == 2
+    });
+    let victim = managed(&g)[0].0.clone();
+    incus_ok(&["delete", "--force", &victim]);
+    let t = eventually(&lab, "replacement", Duration::from_secs(30), || {
+        running(&g) == 2 && !exists(&victim)
+    });
+    eprintln!(
+        "deleted by hand -> replacement running: {:.1} s",
+        t.as_secs_f64()
+    );
+    assert_eq!(lab.terminate(), Some(0), "{}", lab.log());
+}

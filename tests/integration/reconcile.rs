@@ -228,3 +228,43 @@ async fn waiting_for_incus_remembers_a_reload_and_honours_a_shutdown() {
         Waited::Shutdown
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_event_wakes_its_groups_but_not_one_backing_off() {
+    use incus_hpa::daemon::Event;
+    let toml = web(2, 3).replace("interval = \"2s\"", "interval = \"1h\"")
+        + &format!(
+            "\n[groups.bad]\nmax = 2\nmemory_threshold = 50\nimage = \"{FAILS_TO_START}\"\n"
+        );
+    let h = Harness::start(&toml, Arc::new(FakeIncus::default()));
+    eventually("2 running", MINUTE, || h.fake.running("web") == 2).await;
+    let creates = h.fake.calls("create");
+
+    // Someone deletes one; Incus says so: replaced long before the 1 h interval.
+    let victim = h.fake.managed("web")[0].0.clone();
+    h.fake.remove(&victim);
+    h.events
+        .send(Event::InstanceChanged {
+            project: "default".into(),
+        })
+        .unwrap();
+    eventually("replaced", MINUTE, || h.fake.running("web") == 2).await;
+    assert!(!h.fake.exists(&victim));
+
+    // A storm of events does not make the failing group retry faster than its backoff
+    // (1 s, 2 s, 4 s … over these 10 s: at most a handful of attempts).
+    for _ in 0..50 {
+        h.events
+            .send(Event::InstanceChanged {
+                project: "default".into(),
+            })
+            .unwrap();
+        run_for(Duration::from_millis(200)).await;
+    }
+    let bad_attempts = h.fake.calls("create") - creates - 1;
+    assert!(
+        bad_attempts <= 5,
+        "{bad_attempts} attempts for the failing group"
+    );
+    h.shutdown().await;
+}

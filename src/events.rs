@@ -1,0 +1,131 @@
+//! Incus lifecycle events as reconcile triggers: when an instance stops or disappears, the
+//! groups of its project are reconciled at once instead of at their next interval. Events only
+//! wake the loop up; what to do is still decided from a fresh observation, and if the event
+//! stream is down the interval alone keeps everything converging.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde::Deserialize;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::daemon::Event;
+use crate::reconciler::backoff;
+
+/// The lifecycle actions that can leave a group short of instances.
+const TRIGGERS: &[&str] = &["instance-stopped", "instance-shutdown", "instance-deleted"];
+
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    project: String,
+    #[serde(default)]
+    metadata: Lifecycle,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Lifecycle {
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    project: String,
+}
+
+/// The project whose groups a raw event message should wake up, if any.
+pub fn trigger(message: &str) -> Option<String> {
+    let env: Envelope = serde_json::from_str(message).ok()?;
+    if env.kind != "lifecycle" || !TRIGGERS.contains(&env.metadata.action.as_str()) {
+        return None;
+    }
+    let project = if env.metadata.project.is_empty() {
+        env.project
+    } else {
+        env.metadata.project
+    };
+    Some(if project.is_empty() {
+        "default".to_owned()
+    } else {
+        project
+    })
+}
+
+/// Follows `/1.0/events` over the unix socket forever, reconnecting with backoff, and sends
+/// [`Event::InstanceChanged`] for every triggering lifecycle event.
+pub async fn follow(socket: String, events: UnboundedSender<Event>) {
+    let mut failures = 0;
+    loop {
+        match stream(&socket, &events).await {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                if failures == 0 {
+                    tracing::debug!(error = %e, "Incus event stream: {e}");
+                }
+                failures += 1;
+            }
+        }
+        if events.is_closed() {
+            return;
+        }
+        tokio::time::sleep(backoff(failures).min(Duration::from_secs(30))).await;
+    }
+}
+
+async fn stream(socket: &str, events: &UnboundedSender<Event>) -> Result<(), String> {
+    let unix = UnixStream::connect(socket)
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = "ws://incus/1.0/events?type=lifecycle&all-projects=true";
+    let (mut ws, _) = tokio_tungstenite::client_async(url, unix)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::debug!("following Incus lifecycle events");
+    // Reading continuously also answers the server's pings (tungstenite queues the pongs).
+    while let Some(msg) = ws.next().await {
+        match msg.map_err(|e| e.to_string())? {
+            Message::Text(text) => {
+                if let Some(project) = trigger(text.as_str()) {
+                    if events.send(Event::InstanceChanged { project }).is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            Message::Close(_) => return Err("closed by Incus".into()),
+            _ => {}
+        }
+    }
+    Err("the event stream ended".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trigger;
+
+    #[test]
+    fn stopped_and_deleted_instances_trigger_their_project() {
+        let ev = |action: &str, project: &str| {
+            format!(
+                r#"{{"location":"none","metadata":{{"action":"{action}","name":"web-a","project":"{project}","source":"/1.0/instances/web-a"}},"project":"{project}","type":"lifecycle"}}"#
+            )
+        };
+        assert_eq!(
+            trigger(&ev("instance-deleted", "default")).as_deref(),
+            Some("default")
+        );
+        assert_eq!(
+            trigger(&ev("instance-stopped", "staging")).as_deref(),
+            Some("staging")
+        );
+        assert_eq!(
+            trigger(&ev("instance-shutdown", "default")).as_deref(),
+            Some("default")
+        );
+        assert_eq!(trigger(&ev("instance-created", "default")), None);
+        assert_eq!(trigger(&ev("instance-started", "default")), None);
+        assert_eq!(trigger(r#"{"type":"logging","metadata":{}}"#), None);
+        assert_eq!(trigger("not json"), None);
+    }
+}
