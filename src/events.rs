@@ -62,7 +62,8 @@ pub async fn follow(socket: String, events: UnboundedSender<Event>) {
             Ok(()) => failures = 0,
             Err(e) => {
                 if failures == 0 {
-                    tracing::debug!(error = %e, "Incus event stream: {e}");
+                    tracing::info!(error = %e,
+                        "Incus lifecycle events unavailable ({e}): relying on the interval, retrying");
                 }
                 failures += 1;
             }
