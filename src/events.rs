@@ -58,24 +58,31 @@ pub fn trigger(message: &str) -> Option<String> {
 pub async fn follow(socket: String, events: UnboundedSender<Event>) {
     let mut failures = 0;
     loop {
-        match stream(&socket, &events).await {
-            Ok(()) => failures = 0,
-            Err(e) => {
-                if failures == 0 {
-                    tracing::info!(error = %e,
-                        "Incus lifecycle events unavailable ({e}): relying on the interval, retrying");
-                }
-                failures += 1;
-            }
-        }
+        let mut connected = false;
+        let result = stream(&socket, &events, &mut connected).await;
         if events.is_closed() {
             return;
+        }
+        if connected {
+            // It worked for a while: start the backoff (and the one log line) afresh.
+            failures = 0;
+        }
+        if let Err(e) = result {
+            if failures == 0 {
+                tracing::info!(error = %e,
+                    "Incus lifecycle events unavailable ({e}): relying on the interval, retrying");
+            }
+            failures += 1;
         }
         tokio::time::sleep(backoff(failures).min(Duration::from_secs(30))).await;
     }
 }
 
-async fn stream(socket: &str, events: &UnboundedSender<Event>) -> Result<(), String> {
+async fn stream(
+    socket: &str,
+    events: &UnboundedSender<Event>,
+    connected: &mut bool,
+) -> Result<(), String> {
     let unix = UnixStream::connect(socket)
         .await
         .map_err(|e| e.to_string())?;
@@ -83,6 +90,7 @@ async fn stream(socket: &str, events: &UnboundedSender<Event>) -> Result<(), Str
     let (mut ws, _) = tokio_tungstenite::client_async(url, unix)
         .await
         .map_err(|e| e.to_string())?;
+    *connected = true;
     tracing::debug!("following Incus lifecycle events");
     // Reading continuously also answers the server's pings (tungstenite queues the pongs).
     while let Some(msg) = ws.next().await {
