@@ -22,8 +22,8 @@ pub enum Event {
     Reload,
     /// Finish the action in flight and exit (SIGTERM, SIGINT).
     Shutdown,
-    /// An instance of this project stopped or vanished: reconcile its groups now.
-    InstanceChanged { project: String },
+    /// An instance stopped or vanished: reconcile the groups it may belong to now.
+    InstanceChanged { project: String, name: String },
 }
 
 /// How the daemon reads its desired state again on reload.
@@ -123,7 +123,7 @@ pub async fn run_loop(
                             _ = &mut work => break,
                             ev = events.recv(), if !shutdown => match ev {
                                 Some(Event::Reload) => reload = true,
-                                Some(Event::InstanceChanged { project }) => changed.push(project),
+                                Some(Event::InstanceChanged { project, name }) => changed.push((project, name)),
                                 Some(Event::Shutdown) | None => {
                                     tracing::info!("shutting down after the action in flight");
                                     ctx.stop.store(true, Ordering::SeqCst);
@@ -137,14 +137,14 @@ pub async fn run_loop(
                 if shutdown {
                     break;
                 }
-                for project in changed {
-                    reconciler.wake(&project, Instant::now());
+                for (project, name) in changed {
+                    reconciler.wake(&project, &name, Instant::now());
                 }
                 status(&reconciler, invalid_since);
             }
             ev = events.recv() => match ev {
                 Some(Event::Reload) => reload = true,
-                Some(Event::InstanceChanged { project }) => reconciler.wake(&project, Instant::now()),
+                Some(Event::InstanceChanged { project, name }) => reconciler.wake(&project, &name, Instant::now()),
                 Some(Event::Shutdown) | None => break,
             },
             _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),

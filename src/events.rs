@@ -32,11 +32,13 @@ struct Lifecycle {
     #[serde(default)]
     action: String,
     #[serde(default)]
+    name: String,
+    #[serde(default)]
     project: String,
 }
 
-/// The project whose groups a raw event message should wake up, if any.
-pub fn trigger(message: &str) -> Option<String> {
+/// The (project, instance) a raw event message is about, when it should wake groups up.
+pub fn trigger(message: &str) -> Option<(String, String)> {
     let env: Envelope = serde_json::from_str(message).ok()?;
     if env.kind != "lifecycle" || !TRIGGERS.contains(&env.metadata.action.as_str()) {
         return None;
@@ -46,11 +48,12 @@ pub fn trigger(message: &str) -> Option<String> {
     } else {
         env.metadata.project
     };
-    Some(if project.is_empty() {
+    let project = if project.is_empty() {
         "default".to_owned()
     } else {
         project
-    })
+    };
+    Some((project, env.metadata.name))
 }
 
 /// Follows `/1.0/events` over the unix socket forever, reconnecting with backoff, and sends
@@ -96,8 +99,11 @@ async fn stream(
     while let Some(msg) = ws.next().await {
         match msg.map_err(|e| e.to_string())? {
             Message::Text(text) => {
-                if let Some(project) = trigger(text.as_str()) {
-                    if events.send(Event::InstanceChanged { project }).is_err() {
+                if let Some((project, name)) = trigger(text.as_str()) {
+                    if events
+                        .send(Event::InstanceChanged { project, name })
+                        .is_err()
+                    {
                         return Ok(());
                     }
                 }
@@ -114,24 +120,16 @@ mod tests {
     use super::trigger;
 
     #[test]
-    fn stopped_and_deleted_instances_trigger_their_project() {
+    fn stopped_and_deleted_instances_are_triggers() {
         let ev = |action: &str, project: &str| {
             format!(
                 r#"{{"location":"none","metadata":{{"action":"{action}","name":"web-a","project":"{project}","source":"/1.0/instances/web-a"}},"project":"{project}","type":"lifecycle"}}"#
             )
         };
-        assert_eq!(
-            trigger(&ev("instance-deleted", "default")).as_deref(),
-            Some("default")
-        );
-        assert_eq!(
-            trigger(&ev("instance-stopped", "staging")).as_deref(),
-            Some("staging")
-        );
-        assert_eq!(
-            trigger(&ev("instance-shutdown", "default")).as_deref(),
-            Some("default")
-        );
+        let it = |p: &str| Some((p.to_owned(), "web-a".to_owned()));
+        assert_eq!(trigger(&ev("instance-deleted", "default")), it("default"));
+        assert_eq!(trigger(&ev("instance-stopped", "staging")), it("staging"));
+        assert_eq!(trigger(&ev("instance-shutdown", "default")), it("default"));
         assert_eq!(trigger(&ev("instance-created", "default")), None);
         assert_eq!(trigger(&ev("instance-started", "default")), None);
         assert_eq!(trigger(r#"{"type":"logging","metadata":{}}"#), None);

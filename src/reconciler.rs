@@ -120,12 +120,15 @@ impl Reconciler {
         }
     }
 
-    /// Makes the groups of `project` due at `now` (an instance there stopped or vanished), except
-    /// those backing off after a failure: an event must not turn a backoff into a busy loop.
-    pub fn wake(&mut self, project: &str, now: Instant) {
+    /// Makes due at `now` the groups whose instances `name` could be (same project, name with the
+    /// group's prefix: the daemon names every instance it creates so; ownership itself is still
+    /// checked by the config key), except those backing off after a failure: an event must not
+    /// turn a backoff into a busy loop.
+    pub fn wake(&mut self, project: &str, name: &str, now: Instant) {
         for g in self.groups.values_mut() {
-            if g.spec.project == project && g.failures == 0 && g.next > now {
-                tracing::debug!(group = %g.spec.name, "an instance in project {project} changed: reconciling now");
+            let candidate = g.spec.project == project && name.starts_with(&g.spec.instance_prefix);
+            if candidate && g.failures == 0 && g.next > now {
+                tracing::debug!(group = %g.spec.name, instance = name, "{name} stopped or vanished: reconciling now");
                 g.next = now;
             }
         }

@@ -246,6 +246,7 @@ async fn an_instance_event_wakes_its_groups_but_not_one_backing_off() {
     h.events
         .send(Event::InstanceChanged {
             project: "default".into(),
+            name: victim.clone(),
         })
         .unwrap();
     eventually("replaced", MINUTE, || h.fake.running("web") == 2).await;
@@ -257,6 +258,7 @@ async fn an_instance_event_wakes_its_groups_but_not_one_backing_off() {
         h.events
             .send(Event::InstanceChanged {
                 project: "default".into(),
+                name: "bad-x1y2z3".into(),
             })
             .unwrap();
         run_for(Duration::from_millis(200)).await;
