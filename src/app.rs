@@ -77,8 +77,8 @@ fn socket_str(socket: &Path) -> anyhow::Result<String> {
         .to_owned())
 }
 
-fn context(socket: &Path, state: &crate::model::DesiredState) -> anyhow::Result<Context> {
-    let incus: Arc<dyn Incus> = Arc::new(UnixClient::new(&socket_str(socket)?)?);
+fn context(socket: &str, state: &crate::model::DesiredState) -> anyhow::Result<Context> {
+    let incus: Arc<dyn Incus> = Arc::new(UnixClient::new(socket)?);
     Ok(Context {
         memory: memory::source(state.daemon.memory_source, incus.clone()),
         incus,
@@ -101,7 +101,8 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
         }
     };
     daemon::log_diagnostics(&loaded.warnings);
-    let ctx = context(socket, &loaded.state)?;
+    let socket = socket_str(socket)?;
+    let ctx = context(&socket, &loaded.state)?;
 
     let (tx, mut events) = mpsc::unbounded_channel();
     let mut term = signal(SignalKind::terminate())?;
@@ -122,7 +123,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
     });
 
     // Instances that stop or vanish wake their groups up before the next interval.
-    tokio::spawn(crate::events::follow(socket_str(socket)?, tx.clone()));
+    tokio::spawn(crate::events::follow(socket, tx.clone()));
     // Saving the file reloads it, like SIGHUP does.
     let _watch = match crate::watch::watch(path, tx.clone()) {
         Ok(w) => Some(w),
@@ -171,7 +172,7 @@ pub async fn plan(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let ctx = context(socket, &loaded.state)?;
+    let ctx = context(&socket_str(socket)?, &loaded.state)?;
     let now = Instant::now();
     for spec in loaded.state.groups.values() {
         let obs = observe(ctx.incus.as_ref(), ctx.memory.as_ref(), spec)

@@ -62,14 +62,14 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &History, now: Insta
 
     let (recommendation, reason) = recommend(spec, current, utilization, sum, missing);
 
-    let (desired, reason) = match reason {
-        Reason::BelowMin | Reason::AboveMax => (recommendation, reason),
-        _ => stabilize(spec, current, recommendation, reason, history, now),
-    };
-    let (desired, step_limited) = match reason {
-        // Bounds are restored at once; only metric-driven changes go step by step.
-        Reason::BelowMin | Reason::AboveMax => (desired, false),
-        _ => limit_step(spec, current, desired),
+    let (desired, reason, step_limited) = match reason {
+        // Bounds are restored at once; only metric-driven changes are stabilized and stepped.
+        Reason::BelowMin | Reason::AboveMax => (recommendation, reason, false),
+        _ => {
+            let (desired, reason) = stabilize(spec, current, recommendation, reason, history, now);
+            let (desired, step_limited) = limit_step(spec, current, desired);
+            (desired, reason, step_limited)
+        }
     };
 
     Plan {
