@@ -57,6 +57,9 @@ fn spec() -> GroupSpec {
         max_scale_up_step: None,
         max_scale_down_step: None,
         stop_timeout: Duration::from_secs(1),
+        unhealthy_grace: Duration::from_secs(300),
+        restart_backoff: Duration::from_secs(10),
+        interval: Duration::from_secs(1),
     }
 }
 
@@ -106,16 +109,7 @@ async fn main() {
             .len();
         for _ in have..n {
             let name = incus_hpa::act::new_name(&spec.instance_prefix);
-            let req = incus_hpa::incus::CreateInstance {
-                name,
-                kind: "container".into(),
-                source: incus_hpa::incus::ImageSource::local("busybox"),
-                config: [(GROUP_KEY.to_owned(), GROUP.to_owned())]
-                    .into_iter()
-                    .collect(),
-                profiles: vec!["default".into()],
-                start: true,
-            };
+            let req = incus_hpa::act::create_request(&spec, &name, &incus_hpa::act::new_uuid());
             incus.create("default", &req).await.expect("create");
         }
         // Let the metrics cache and any start-up work settle out of the measurement.

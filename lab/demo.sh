@@ -267,7 +267,7 @@ new_events() {
             n = split($0, w, " ")
             out = ""
             for (i = 1; i <= n; i++)
-                if (w[i] ~ /^(instance|action|outcome|error)=/) {
+                if (w[i] ~ /^(instance|action|reason|outcome|error)=/) {
                     gsub(/"/, "", w[i])
                     out = out " " w[i]
                 }

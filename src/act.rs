@@ -1,76 +1,78 @@
 //! Act: carries out a [`Plan`]'s steps against Incus, one at a time, and reports each outcome.
-//! It never decides; it only refuses to touch an instance that is not (or no longer) managed.
+//! It never decides; it only refuses to touch an instance that is not (or no longer) the
+//! group's own.
 //!
-//! - create: one request with image, profiles, config and `start: true`; an instance whose start
-//!   failed is removed, not left behind;
-//! - start: a stopped managed instance; if it cannot start it is removed (a later reconcile
-//!   replaces it);
-//! - remove: graceful stop within the group's `stop_timeout`, then by force, then delete.
+//! - create: one request with image, profiles, config, the ownership keys and `start: true`.
+//!   If it fails, what is left of it is removed only when it carries the identity given in that
+//!   very request: an existing instance with the same name (a collision) is never touched. A
+//!   created instance whose identity Incus did not keep is removed and reported as a failure;
+//! - start: a stopped instance of the group; a failed start leaves it as it is (the decision
+//!   core retries it with a backoff);
+//! - remove: checks ownership again on a fresh read, stops gracefully within the group's
+//!   `stop_timeout`, then by force, then deletes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::decide::owner_value;
 use crate::incus::{CreateInstance, ImageSource, Incus, IncusError, StateChange};
-use crate::model::{Action, GroupSpec, InstanceStatus, Plan, GROUP_KEY};
-use crate::observe::is_managed_by;
+use crate::model::{Action, Cause, GroupSpec, InstanceStatus, GROUP_KEY, OWNER_KEY, UUID_KEY};
+use crate::observe::is_owned;
 
 /// What was done for one action.
 #[derive(Debug)]
 pub struct Outcome {
     pub action: &'static str,
     pub instance: String,
+    pub cause: Cause,
     pub result: Result<(), IncusError>,
 }
 
-/// Runs the plan's actions in order, stopping before the next one once `stop` is set
-/// (the action in flight always completes).
+/// Runs the actions in order, stopping before the next one once `stop` is set (the action in
+/// flight always completes) or after the first failure (the next pass looks again: acting on
+/// after a failure could compound it).
 pub async fn apply(
     incus: &dyn Incus,
     spec: &GroupSpec,
-    plan: &Plan,
+    actions: &[Action],
     stop: &AtomicBool,
 ) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
-    for action in &plan.actions {
+    for action in actions {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let outcome = match action {
-            Action::Create => {
+        let (kind, instance, result) = match action {
+            Action::Create { .. } => {
                 let name = new_name(&spec.instance_prefix);
                 let result = create(incus, spec, &name).await;
-                Outcome {
-                    action: "create",
-                    instance: name,
-                    result,
-                }
+                ("create", name, result)
             }
-            Action::Start { name } => Outcome {
-                action: "start",
-                instance: name.clone(),
-                result: start(incus, spec, name).await,
-            },
-            Action::Remove { name } => Outcome {
-                action: "delete",
-                instance: name.clone(),
-                result: remove(incus, spec, name).await,
-            },
+            Action::Start { name, .. } => ("start", name.clone(), start(incus, spec, name).await),
+            Action::Remove { name, .. } => {
+                ("delete", name.clone(), remove(incus, spec, name).await)
+            }
         };
-        let ok = outcome.result.is_ok();
-        match &outcome.result {
+        let cause = action.cause();
+        match &result {
             Ok(()) => tracing::info!(
-                group = %spec.name, instance = %outcome.instance, action = outcome.action,
-                outcome = "ok", "{} {}", past(outcome.action), outcome.instance
+                group = %spec.name, instance = %instance, action = kind, reason = cause.as_str(),
+                outcome = "ok", "{} {instance} ({cause})", past(kind)
             ),
             Err(e) => tracing::warn!(
-                group = %spec.name, instance = %outcome.instance, action = outcome.action,
-                outcome = "failed", error = %e, "could not {} {}: {e}", outcome.action, outcome.instance
+                group = %spec.name, instance = %instance, action = kind, reason = cause.as_str(),
+                outcome = "failed", error = %e, "could not {kind} {instance} ({cause}): {e}"
             ),
         }
-        outcomes.push(outcome);
-        if !ok {
-            // The next reconcile looks again; acting on after a failure could compound it.
+        let failed = result.is_err();
+        outcomes.push(Outcome {
+            action: kind,
+            instance,
+            cause,
+            result,
+        });
+        if failed {
             break;
         }
     }
@@ -94,69 +96,126 @@ pub fn new_name(prefix: &str) -> String {
     format!("{prefix}{suffix}")
 }
 
-async fn create(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), IncusError> {
+/// A random (version 4) UUID, the `volatile.uuid` a new instance is given.
+pub fn new_uuid() -> String {
+    let b: [u8; 16] = std::array::from_fn(|i| match i {
+        6 => 0x40 | (fastrand::u8(..) & 0x0f),
+        8 => 0x80 | (fastrand::u8(..) & 0x3f),
+        _ => fastrand::u8(..),
+    });
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The body of the request that creates `name` for the group, with its identity `uuid`.
+pub fn create_request(spec: &GroupSpec, name: &str, uuid: &str) -> CreateInstance {
     let mut config: HashMap<String, String> = spec.config.clone().into_iter().collect();
     config.insert(GROUP_KEY.to_owned(), spec.name.to_string());
-    let req = CreateInstance {
+    config.insert(OWNER_KEY.to_owned(), owner_value(&spec.project, name, uuid));
+    config.insert(UUID_KEY.to_owned(), uuid.to_owned());
+    CreateInstance {
         name: name.to_owned(),
         kind: "container".into(),
         source: ImageSource::local(&spec.image),
         config,
         profiles: spec.profiles.clone(),
         start: true,
-    };
-    // Creation may have got as far as a stopped instance.
+    }
+}
+
+async fn create(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), IncusError> {
+    let uuid = new_uuid();
+    let req = create_request(spec, name, &uuid);
+    let mine = owner_value(&spec.project, name, &uuid);
     let result = incus.create(&spec.project, &req).await;
-    remove_if_failed(incus, spec, name, result).await
+    // Whatever happened, the instance must now be ours as we made it, or gone.
+    let found = match incus.get(&spec.project, name).await {
+        Ok(found) => found,
+        Err(e) => return result.and(Err(e)),
+    };
+    let Some(inst) = found else {
+        return result.and(Err(IncusError::Operation {
+            what: format!("creating {name}"),
+            message: "Incus reported success but the instance does not exist".into(),
+        }));
+    };
+    let made_here = inst.config.get(OWNER_KEY) == Some(&mine);
+    if result.is_ok() && is_owned(&inst, spec) {
+        return Ok(());
+    }
+    if !made_here {
+        // Another instance by that name: not ours to clean up.
+        return result.and(Err(IncusError::Operation {
+            what: format!("creating {name}"),
+            message: "another instance has that name".into(),
+        }));
+    }
+    if let Err(e) = remove_instance(incus, spec, name, inst.status()).await {
+        tracing::warn!(group = %spec.name, instance = name, error = %e,
+            "could not remove {name}, which failed to come up: {e}");
+    }
+    result.and(Err(IncusError::Operation {
+        what: format!("creating {name}"),
+        message: format!(
+            "Incus did not keep its identity ({UUID_KEY}): the group could not own it, so it \
+             was removed"
+        ),
+    }))
 }
 
 async fn start(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), IncusError> {
-    let result = incus
+    incus
         .change_state(&spec.project, name, StateChange::Start)
-        .await;
-    remove_if_failed(incus, spec, name, result).await
+        .await
 }
 
-/// After a failed creation or start, removes what is left of `name` (if it is ours), so that no
-/// broken instance stays behind; returns the original result.
-async fn remove_if_failed(
-    incus: &dyn Incus,
-    spec: &GroupSpec,
-    name: &str,
-    result: Result<(), IncusError>,
-) -> Result<(), IncusError> {
-    if result.is_err() {
-        if let Err(e) = remove(incus, spec, name).await {
-            tracing::warn!(group = %spec.name, instance = name, error = %e,
-                "could not remove {name}, which failed to come up: {e}");
-        }
-    }
-    result
-}
-
-/// Stops (gracefully, then by force) and deletes `name`, after checking it is still managed.
-/// An instance that is gone already counts as removed.
+/// Stops (gracefully, then by force) and deletes `name`, after checking on a fresh read that it
+/// is still the group's own. An instance that is gone already counts as removed.
 async fn remove(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), IncusError> {
     let Some(inst) = incus.get(&spec.project, name).await? else {
         return Ok(());
     };
-    if !is_managed_by(&inst, spec.name.as_str()) {
+    if !is_owned(&inst, spec) {
         return Err(IncusError::Operation {
             what: format!("deleting {name}"),
-            message: format!("refused: it does not carry {GROUP_KEY}={}", spec.name),
+            message: format!(
+                "refused: it is not an instance incus-hpa created for {}",
+                spec.name
+            ),
         });
     }
-    if inst.status() != InstanceStatus::Stopped {
-        let graceful = StateChange::Stop {
-            timeout: spec.stop_timeout,
-            force: false,
-        };
-        if spec.stop_timeout.is_zero()
-            || incus
-                .change_state(&spec.project, name, graceful)
+    remove_instance(incus, spec, name, inst.status()).await
+}
+
+async fn remove_instance(
+    incus: &dyn Incus,
+    spec: &GroupSpec,
+    name: &str,
+    status: InstanceStatus,
+) -> Result<(), IncusError> {
+    if status != InstanceStatus::Stopped {
+        // A frozen instance cannot stop gracefully (Incus thaws it and times out): force it.
+        let graceful = !spec.stop_timeout.is_zero() && status != InstanceStatus::Frozen;
+        let stopped = graceful
+            && incus
+                .change_state(
+                    &spec.project,
+                    name,
+                    StateChange::Stop {
+                        timeout: spec.stop_timeout,
+                        force: false,
+                    },
+                )
                 .await
-                .is_err()
-        {
+                .is_ok();
+        if !stopped {
             let force = StateChange::Stop {
                 timeout: Duration::from_secs(30),
                 force: true,
@@ -170,5 +229,19 @@ async fn remove(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), I
     match incus.delete(&spec.project, name).await {
         Err(e) if e.is_not_found() => Ok(()),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_version_4() {
+        let u = new_uuid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"), "{u}");
+        assert_ne!(u, new_uuid());
     }
 }

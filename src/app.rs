@@ -11,14 +11,15 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::config::{self, check_permissions, Loaded, Severity};
+use crate::config::{self, check_permissions, Loaded};
 use crate::daemon::{self, Event};
 use crate::decide::{decide, History};
 use crate::incus::client::UnixClient;
 use crate::incus::Incus;
 use crate::memory;
 use crate::observe::observe;
-use crate::reconciler::{fmt_util, Context};
+use crate::reconciler::Context;
+use crate::report::fmt_util;
 use crate::systemd;
 
 /// `incus-hpa validate`: every problem on stderr; exit 1 when there is an error.
@@ -49,20 +50,10 @@ pub fn validate(path: &Path) -> ExitCode {
     }
 }
 
-/// Loads a file the daemon may use: safe ownership and mode, and valid.
+/// Loads a file the daemon may use: opened once, safely (see [`config::open_checked`]), and
+/// valid.
 fn load_strict(path: &Path) -> Result<Loaded, config::ConfigError> {
-    check_permissions(path, own_uid()).map_err(|message| config::ConfigError {
-        file: path.to_path_buf(),
-        diagnostics: vec![config::Diagnostic {
-            severity: Severity::Error,
-            file: path.to_path_buf(),
-            line: 0,
-            column: 0,
-            key: String::new(),
-            message,
-        }],
-    })?;
-    config::load(path)
+    config::load_checked(path, own_uid())
 }
 
 /// The effective uid of this process (the owner of `/proc/self`).
@@ -77,10 +68,11 @@ fn socket_str(socket: &Path) -> anyhow::Result<String> {
         .to_owned())
 }
 
-fn context(socket: &str, state: &crate::model::DesiredState) -> anyhow::Result<Context> {
+fn context(socket: &str) -> anyhow::Result<Context> {
     let incus: Arc<dyn Incus> = Arc::new(UnixClient::new(socket)?);
+    let for_memory = incus.clone();
     Ok(Context {
-        memory: memory::source(state.daemon.memory_source, incus.clone()),
+        memory: Arc::new(move |kind| memory::source(kind, for_memory.clone())),
         incus,
         stop: Arc::new(AtomicBool::new(false)),
     })
@@ -102,7 +94,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
     };
     daemon::log_diagnostics(&loaded.warnings);
     let socket = socket_str(socket)?;
-    let ctx = context(&socket, &loaded.state)?;
+    let ctx = context(&socket)?;
 
     let (tx, mut events) = mpsc::unbounded_channel();
     let mut term = signal(SignalKind::terminate())?;
@@ -172,14 +164,15 @@ pub async fn plan(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let ctx = context(&socket_str(socket)?, &loaded.state)?;
+    let ctx = context(&socket_str(socket)?)?;
+    let memory = (ctx.memory)(loaded.state.daemon.memory_source);
     let now = Instant::now();
     for spec in loaded.state.groups.values() {
-        let obs = observe(ctx.incus.as_ref(), ctx.memory.as_ref(), spec)
+        let obs = observe(ctx.incus.as_ref(), memory.as_ref(), spec)
             .await
             .with_context(|| format!("observing group {}", spec.name))?;
         // A fresh history would hold every scale-down back: show the bare recommendation.
-        let p = decide(spec, &obs, &History::default(), now);
+        let p = decide(spec, &obs, &mut History::default(), now);
         println!(
             "{}: {} instance(s), memory {} (target {}%), recommends {} ({})",
             spec.name,

@@ -24,6 +24,8 @@ pub enum Event {
     Shutdown,
     /// An instance stopped or vanished: reconcile the groups it may belong to now.
     InstanceChanged { project: String, name: String },
+    /// The Incus event stream (re)connected: Incus answers again.
+    IncusBack,
 }
 
 /// How the daemon reads its desired state again on reload.
@@ -52,6 +54,10 @@ pub enum Waited {
     Shutdown,
 }
 
+/// Longest wait between two tries to reach Incus at start: connecting to a unix socket costs
+/// nothing, and the daemon should be working within seconds of Incus being up.
+pub const WAIT_MAX: Duration = Duration::from_secs(5);
+
 /// Waits until Incus answers, retrying with backoff, and remembers a reload asked for meanwhile.
 pub async fn wait_for_incus(ctx: &Context, events: &mut UnboundedReceiver<Event>) -> Waited {
     let mut failures = 0;
@@ -63,7 +69,7 @@ pub async fn wait_for_incus(ctx: &Context, events: &mut UnboundedReceiver<Event>
                 return Waited::Ready { reload };
             }
             Err(e) => {
-                let delay = backoff(failures).min(Duration::from_secs(30));
+                let delay = backoff(failures).min(WAIT_MAX);
                 failures += 1;
                 tracing::warn!(error = %e, "{e}; retrying in {}", humantime::format_duration(delay));
                 systemd::status(&format!("waiting for Incus: {e}"));
@@ -74,6 +80,8 @@ pub async fn wait_for_incus(ctx: &Context, events: &mut UnboundedReceiver<Event>
                         ev = events.recv() => match ev {
                             Some(Event::Reload) => reload = true,
                             Some(Event::InstanceChanged { .. }) => {}
+                            // Incus is back: try at once.
+                            Some(Event::IncusBack) => break,
                             Some(Event::Shutdown) | None => return Waited::Shutdown,
                         },
                     }
@@ -114,6 +122,7 @@ pub async fn run_loop(
         tokio::select! {
             _ = sleep_until(next) => {
                 let mut shutdown = false;
+                let mut back = false;
                 let mut changed = Vec::new();
                 {
                     let work = reconciler.run_due(Instant::now());
@@ -124,6 +133,7 @@ pub async fn run_loop(
                             ev = events.recv(), if !shutdown => match ev {
                                 Some(Event::Reload) => reload = true,
                                 Some(Event::InstanceChanged { project, name }) => changed.push((project, name)),
+                                Some(Event::IncusBack) => back = true,
                                 Some(Event::Shutdown) | None => {
                                     tracing::info!("shutting down after the action in flight");
                                     ctx.stop.store(true, Ordering::SeqCst);
@@ -140,11 +150,15 @@ pub async fn run_loop(
                 for (project, name) in changed {
                     reconciler.wake(&project, &name, Instant::now());
                 }
+                if back {
+                    reconciler.incus_back(Instant::now());
+                }
                 status(&reconciler, invalid_since);
             }
             ev = events.recv() => match ev {
                 Some(Event::Reload) => reload = true,
                 Some(Event::InstanceChanged { project, name }) => reconciler.wake(&project, &name, Instant::now()),
+                Some(Event::IncusBack) => reconciler.incus_back(Instant::now()),
                 Some(Event::Shutdown) | None => break,
             },
             _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),

@@ -1,132 +1,153 @@
 //! The decision core: what a group should look like, given what was observed. Pure: no IO, no
 //! clock, no environment; time comes in as an argument, so every case is a unit test.
 //!
-//! The rule is the Kubernetes HPA one: `desired = ceil(current × utilization / threshold)`, no
-//! change while `|utilization / threshold − 1| ≤ tolerance`, clamped to `[min, max]`; scale-down
-//! takes the highest recommendation seen during the stabilization window. Missing metrics never
-//! lead to a scale-down: on the way up they count as 0 %, and if that flips the direction or lands
-//! within tolerance, the count is kept. Optional step limits cut how many instances one pass
-//! adds or removes (never when restoring `min` or `max`).
+//! - **Ownership** ([`ownership`]): only instances the daemon created for the group count.
+//! - **Health** (`health`): healthy instances (Running, Ready) serve; stopped ones are restarted
+//!   in place (with a backoff when they crash-loop or fail to start); unhealthy ones (in error, or
+//!   frozen or in a transition for more than a moment) are replaced and removed after a grace
+//!   period.
+//! - **The desired count** follows the Kubernetes HPA rule: `ceil(Σ usage% / threshold)` over
+//!   the measured healthy instances, no change while `|utilization / threshold − 1| ≤
+//!   tolerance`, clamped to `[min, max]`; scale-down goes only as low as the highest
+//!   recommendation of its stabilization window, scale-up only as high as the lowest of its own.
+//!   Missing metrics never lead to a scale-down: on the way up they count as 0 %, and if that
+//!   lands within tolerance, the count is kept. Optional step limits cap how much the desired
+//!   count may move per `interval`, however many passes run (never when restoring min or max).
+//! - **Actions** bring the capacity (healthy and restarting instances) to the desired count.
 
-use std::collections::VecDeque;
-use std::time::Duration;
+mod health;
+mod history;
+mod ownership;
 
 use tokio::time::Instant;
 
-use crate::model::{Action, GroupSpec, InstanceStatus, Observation, Plan, Reason};
+use crate::model::{Action, Cause, GroupSpec, Observation, ObservedInstance, Plan, Reason};
+use health::Class;
+pub use health::{CRASH_LIMIT, CRASH_RESET, CRASH_WINDOW, UNHEALTHY_CONFIRM};
+pub use history::History;
+pub use ownership::{owner_value, ownership, Ownership};
 
-/// Past recommendations of one group, for stabilization. Losing it is safe: a new history is
-/// seeded with the current count, so a restarted daemon waits a full window before scaling down.
-#[derive(Debug, Clone, Default)]
-pub struct History {
-    entries: VecDeque<(Instant, u32)>,
-}
-
-impl History {
-    /// Remembers a plan's recommendation at `now`, forgetting what is older than `keep`.
-    pub fn record(&mut self, now: Instant, plan: &Plan, keep: Duration) {
-        if self.entries.is_empty() {
-            self.entries.push_back((now, plan.current));
-        }
-        self.entries.push_back((now, plan.recommendation));
-        while let Some((t, _)) = self.entries.front() {
-            if now.saturating_duration_since(*t) > keep {
-                self.entries.pop_front();
-            } else {
-                break;
-            }
-        }
-    }
-
-    /// Recommendations made less than `window` before `now` (none for a zero window).
-    fn within(&self, now: Instant, window: Duration) -> impl Iterator<Item = u32> + '_ {
-        self.entries
-            .iter()
-            .filter(move |(t, _)| now.saturating_duration_since(*t) < window)
-            .map(|(_, r)| *r)
-    }
-}
-
-/// Decides the plan for one group. `history` holds earlier recommendations (see [`History`]).
-pub fn decide(spec: &GroupSpec, obs: &Observation, history: &History, now: Instant) -> Plan {
-    let current = obs.instances.len() as u32;
-    let measured: Vec<f64> = obs
+/// Decides the plan for one group, and remembers what it needs to in `history`.
+pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: Instant) -> Plan {
+    let notes = history.track(spec, obs, now);
+    let classes: Vec<(&ObservedInstance, Class)> = obs
         .instances
         .iter()
-        .filter(|i| i.status == InstanceStatus::Running)
-        .filter_map(|i| i.memory.and_then(|m| m.percent()))
+        .map(|i| (i, history.tracked(&i.name).class(spec, i, now)))
         .collect();
-    let missing = obs.instances.len() - measured.len();
+    let capacity = count(&classes, |c| c.is_capacity());
+    let healthy = count(&classes, |c| c == Class::Healthy);
+
+    let measured: Vec<f64> = classes
+        .iter()
+        .filter(|(_, c)| *c == Class::Healthy)
+        .filter_map(|(i, _)| i.memory.and_then(|m| m.percent()))
+        .collect();
+    let missing = capacity as usize - measured.len();
     let sum: f64 = measured.iter().sum();
     let utilization = (!measured.is_empty()).then(|| sum / measured.len() as f64);
 
-    let (recommendation, reason) = recommend(spec, current, utilization, sum, missing);
-
+    let base = history.desired().unwrap_or(capacity);
+    let (recommendation, reason) = recommend(spec, base, utilization, sum, measured.len(), missing);
     let (desired, reason, step_limited) = match reason {
         // Bounds are restored at once; only metric-driven changes are stabilized and stepped.
         Reason::BelowMin | Reason::AboveMax => (recommendation, reason, false),
         _ => {
-            let (desired, reason) = stabilize(spec, current, recommendation, reason, history, now);
-            let (desired, step_limited) = limit_step(spec, current, desired);
+            let (desired, reason) = stabilize(spec, base, recommendation, reason, history, now);
+            let (desired, step_limited) = limit_step(spec, base, desired, history, now);
             (desired, reason, step_limited)
         }
     };
+    history.record(spec, now, base, recommendation, desired);
 
+    let requeue_in = classes
+        .iter()
+        .filter_map(|(_, c)| match c {
+            Class::Waiting { until, .. } => Some(*until),
+            Class::Unhealthy { since } => since.checked_add(spec.unhealthy_grace),
+            Class::Suspect { since } => since.checked_add(UNHEALTHY_CONFIRM),
+            _ => None,
+        })
+        .min()
+        .map(|t| t.saturating_duration_since(now));
     Plan {
-        current,
+        current: capacity,
+        healthy,
+        unhealthy: obs.instances.len() as u32 - capacity,
+        previous: base,
         desired,
         utilization,
         recommendation,
         reason,
         step_limited,
-        actions: actions(obs, current, desired),
+        actions: actions(&classes, base, capacity, desired, reason),
+        notes,
+        requeue_in,
     }
 }
 
-/// Cuts a change to the group's step limits; says whether it did.
-fn limit_step(spec: &GroupSpec, current: u32, desired: u32) -> (u32, bool) {
-    let limited = if desired > current {
-        spec.max_scale_up_step
-            .map_or(desired, |s| desired.min(current.saturating_add(s)))
+fn count(classes: &[(&ObservedInstance, Class)], f: impl Fn(Class) -> bool) -> u32 {
+    classes.iter().filter(|(_, c)| f(*c)).count() as u32
+}
+
+/// Caps a change of the desired count to the group's step limits, counting what the desired
+/// count already moved during the last `interval` (so extra passes do not add up); says whether
+/// it did.
+fn limit_step(
+    spec: &GroupSpec,
+    base: u32,
+    desired: u32,
+    history: &History,
+    now: Instant,
+) -> (u32, bool) {
+    let (added, removed) = history.changed_within(now, spec.interval);
+    let (base_i, desired_i) = (i64::from(base), i64::from(desired));
+    let limited = if desired > base {
+        spec.max_scale_up_step.map_or(desired_i, |s| {
+            desired_i.min((base_i - added + i64::from(s)).max(base_i))
+        })
     } else {
-        spec.max_scale_down_step
-            .map_or(desired, |s| desired.max(current.saturating_sub(s)))
+        spec.max_scale_down_step.map_or(desired_i, |s| {
+            desired_i.max((base_i + removed - i64::from(s)).min(base_i))
+        })
     };
+    let limited = u32::try_from(limited.max(0)).unwrap_or(u32::MAX);
     (limited, limited != desired)
 }
 
-/// The recommendation before stabilization, and why.
+/// The recommendation before stabilization, and why. `base` is the desired count so far.
 fn recommend(
     spec: &GroupSpec,
-    current: u32,
+    base: u32,
     utilization: Option<f64>,
     sum: f64,
+    measured: usize,
     missing: usize,
 ) -> (u32, Reason) {
-    if current < spec.min {
+    if base < spec.min {
         return (spec.min, Reason::BelowMin);
     }
-    if current > spec.max {
+    if base > spec.max {
         return (spec.max, Reason::AboveMax);
     }
     let Some(utilization) = utilization else {
-        return (current, Reason::NoMetrics);
+        return (base, Reason::NoMetrics);
     };
     let ratio = utilization / spec.memory_threshold;
     if (ratio - 1.0).abs() <= spec.tolerance {
-        return (current, Reason::WithinTolerance);
+        return (base, Reason::WithinTolerance);
     }
     if missing > 0 {
         if ratio < 1.0 {
-            return (current, Reason::MetricsMissing);
+            return (base, Reason::MetricsMissing);
         }
         // Count every unmeasured instance as 0 % and check the direction again.
-        let ratio_all = sum / f64::from(current) / spec.memory_threshold;
+        let ratio_all = sum / (measured + missing) as f64 / spec.memory_threshold;
         if ratio_all <= 1.0 + spec.tolerance {
-            return (current, Reason::MetricsMissing);
+            return (base, Reason::MetricsMissing);
         }
     }
-    // ceil(current × mean / threshold) == ceil(sum / threshold); the epsilon keeps 5.0000000001 at 5.
+    // ceil(n × mean / threshold) == ceil(Σ / threshold); the epsilon keeps 5.0000000001 at 5.
     let raw = (sum / spec.memory_threshold - 1e-9).ceil().max(0.0);
     let raw = if raw > f64::from(u32::MAX) {
         u32::MAX
@@ -145,37 +166,38 @@ fn recommend(
 /// recommendation seen within its window (the new one included).
 fn stabilize(
     spec: &GroupSpec,
-    current: u32,
+    base: u32,
     recommendation: u32,
     reason: Reason,
     history: &History,
     now: Instant,
 ) -> (u32, Reason) {
-    // An empty history is seeded with the current count (see `History`): it holds back
-    // scale-down only.
-    let seed = history.entries.is_empty().then_some(current);
+    // A fresh history counts the desired count found at start as a recommendation (see
+    // `History`): it holds back scale-down only, and only when there is a window.
+    let window = spec.scale_down_stabilization;
+    let seed = (history.is_fresh() && !window.is_zero()).then_some(base);
     let up = history
         .within(now, spec.scale_up_stabilization)
         .chain([recommendation])
         .min()
         .unwrap_or(recommendation);
     let down = history
-        .within(now, spec.scale_down_stabilization)
+        .within(now, window)
         .chain(seed)
         .chain([recommendation])
         .max()
         .unwrap_or(recommendation);
-    let desired = if current < up {
+    let desired = if base < up {
         up
-    } else if current > down {
+    } else if base > down {
         down
     } else {
-        current
+        base
     };
     let desired = desired.clamp(spec.min, spec.max);
-    let reason = if desired == current && recommendation < current {
+    let reason = if desired == base && recommendation < base {
         Reason::Stabilizing
-    } else if desired == current && recommendation > current {
+    } else if desired == base && recommendation > base {
         Reason::StabilizingUp
     } else {
         reason
@@ -183,43 +205,76 @@ fn stabilize(
     (desired, reason)
 }
 
-/// Turns a count into steps: creations, restarts of stopped instances, removals (stopped ones
-/// first, then the newest).
-fn actions(obs: &Observation, current: u32, desired: u32) -> Vec<Action> {
-    let mut actions = Vec::new();
-    let mut removed = Vec::new();
-    if desired < current {
-        let mut order: Vec<_> = obs.instances.iter().collect();
-        order.sort_by(|a, b| {
-            let rank = |s: InstanceStatus| match s {
-                InstanceStatus::Stopped => 0,
-                InstanceStatus::Other => 1,
-                InstanceStatus::Running => 2,
-            };
-            rank(a.status)
-                .cmp(&rank(b.status))
+/// Turns classes and counts into steps: starts of stopped instances, creations up to the
+/// desired count, removals down to it (restartable stopped instances first, then the newest
+/// healthy; never one whose start failed), and removals of instances that crashed too often or
+/// stayed unhealthy too long. Starts and creations come first: they restore service.
+fn actions(
+    classes: &[(&ObservedInstance, Class)],
+    base: u32,
+    capacity: u32,
+    desired: u32,
+    reason: Reason,
+) -> Vec<Action> {
+    let mut removed: Vec<(&str, Cause)> = Vec::new();
+    if capacity > desired {
+        let cause = match reason {
+            Reason::AboveMax => Cause::AboveMax,
+            _ if desired < base => Cause::ScaleDown,
+            _ => Cause::Surplus,
+        };
+        let mut order: Vec<_> = classes
+            .iter()
+            .filter(|(_, c)| c.is_capacity() && !c.keep())
+            .collect();
+        order.sort_by(|(a, ca), (b, cb)| {
+            let rank = |c: &Class| u8::from(*c == Class::Healthy);
+            rank(ca)
+                .cmp(&rank(cb))
                 .then(b.created_at.cmp(&a.created_at))
                 .then(b.name.cmp(&a.name))
         });
-        for inst in order.into_iter().take((current - desired) as usize) {
-            removed.push(inst.name.as_str());
-            actions.push(Action::Remove {
-                name: inst.name.clone(),
-            });
+        let n = (capacity - desired) as usize;
+        removed.extend(order.iter().take(n).map(|(i, _)| (i.name.as_str(), cause)));
+    }
+    for (i, c) in classes {
+        match c {
+            Class::Retire => removed.push((&i.name, Cause::CrashLoop)),
+            Class::Expired => removed.push((&i.name, Cause::Unhealthy)),
+            _ => {}
         }
     }
-    for inst in &obs.instances {
-        if inst.status == InstanceStatus::Stopped && !removed.contains(&inst.name.as_str()) {
-            actions.push(Action::Start {
-                name: inst.name.clone(),
-            });
-        }
+
+    let mut actions: Vec<Action> = classes
+        .iter()
+        .filter_map(|(i, c)| match c {
+            Class::StartNow(cause) if !removed.iter().any(|(n, _)| *n == i.name) => {
+                Some(Action::Start {
+                    name: i.name.clone(),
+                    cause: *cause,
+                })
+            }
+            _ => None,
+        })
+        .collect();
+    let missing = desired.saturating_sub(capacity);
+    let replacing = base.saturating_sub(capacity).min(missing);
+    for k in 0..missing {
+        let cause = match reason {
+            Reason::BelowMin => Cause::BelowMin,
+            _ if k < replacing => Cause::Replace,
+            _ => Cause::ScaleUp,
+        };
+        actions.push(Action::Create { cause });
     }
-    for _ in current..desired {
-        actions.push(Action::Create);
-    }
+    actions.extend(removed.into_iter().map(|(name, cause)| Action::Remove {
+        name: name.to_owned(),
+        cause,
+    }));
     actions
 }
 
+#[cfg(test)]
+mod health_tests;
 #[cfg(test)]
 mod tests;

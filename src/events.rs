@@ -1,9 +1,8 @@
-//! Incus lifecycle events as reconcile triggers: when an instance stops or disappears, the
-//! groups of its project are reconciled at once instead of at their next interval. Events only
-//! wake the loop up; what to do is still decided from a fresh observation, and if the event
-//! stream is down the interval alone keeps everything converging.
-
-use std::time::Duration;
+//! Incus lifecycle events as reconcile triggers: when an instance stops, is paused, renamed,
+//! updated (detached) or deleted, the groups of its project are reconciled at once instead of at
+//! their next interval. Events only wake the loop up; what to do is still decided from a fresh
+//! observation, and if the event stream is down the interval alone keeps everything converging.
+//! Every (re)connection of the stream says that Incus answers again.
 
 use futures_util::StreamExt;
 use serde::Deserialize;
@@ -11,11 +10,19 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::daemon::Event;
+use crate::daemon::{Event, WAIT_MAX};
+use crate::incus::Unreachable;
 use crate::reconciler::backoff;
 
 /// The lifecycle actions that can leave a group short of instances.
-const TRIGGERS: &[&str] = &["instance-stopped", "instance-shutdown", "instance-deleted"];
+const TRIGGERS: &[&str] = &[
+    "instance-stopped",
+    "instance-shutdown",
+    "instance-deleted",
+    "instance-paused",
+    "instance-renamed",
+    "instance-updated",
+];
 
 #[derive(Debug, Deserialize)]
 struct Envelope {
@@ -35,6 +42,15 @@ struct Lifecycle {
     name: String,
     #[serde(default)]
     project: String,
+    #[serde(default)]
+    context: Context,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Context {
+    /// The name before a rename.
+    #[serde(default)]
+    old_name: String,
 }
 
 /// The (project, instance) a raw event message is about, when it should wake groups up.
@@ -53,10 +69,17 @@ pub fn trigger(message: &str) -> Option<(String, String)> {
     } else {
         project
     };
-    Some((project, env.metadata.name))
+    // A rename takes the instance away from the group under its old name.
+    let name = if env.metadata.context.old_name.is_empty() {
+        env.metadata.name
+    } else {
+        env.metadata.context.old_name
+    };
+    Some((project, name))
 }
 
-/// Follows `/1.0/events` over the unix socket forever, reconnecting with backoff, and sends
+/// Follows `/1.0/events` over the unix socket forever, reconnecting with backoff (at most
+/// [`WAIT_MAX`] apart), sends [`Event::IncusBack`] on every connection and
 /// [`Event::InstanceChanged`] for every triggering lifecycle event.
 pub async fn follow(socket: String, events: UnboundedSender<Event>) {
     let mut failures = 0;
@@ -77,7 +100,7 @@ pub async fn follow(socket: String, events: UnboundedSender<Event>) {
             }
             failures += 1;
         }
-        tokio::time::sleep(backoff(failures).min(Duration::from_secs(30))).await;
+        tokio::time::sleep(backoff(failures).min(WAIT_MAX)).await;
     }
 }
 
@@ -88,12 +111,15 @@ async fn stream(
 ) -> Result<(), String> {
     let unix = UnixStream::connect(socket)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Unreachable::from_io(socket, &e).to_string())?;
     let url = "ws://incus/1.0/events?type=lifecycle&all-projects=true";
     let (mut ws, _) = tokio_tungstenite::client_async(url, unix)
         .await
         .map_err(|e| e.to_string())?;
     *connected = true;
+    if events.send(Event::IncusBack).is_err() {
+        return Ok(());
+    }
     tracing::debug!("following Incus lifecycle events");
     // Reading continuously also answers the server's pings (tungstenite queues the pongs).
     while let Some(msg) = ws.next().await {
@@ -130,9 +156,13 @@ mod tests {
         assert_eq!(trigger(&ev("instance-deleted", "default")), it("default"));
         assert_eq!(trigger(&ev("instance-stopped", "staging")), it("staging"));
         assert_eq!(trigger(&ev("instance-shutdown", "default")), it("default"));
+        assert_eq!(trigger(&ev("instance-paused", "default")), it("default"));
+        assert_eq!(trigger(&ev("instance-updated", "default")), it("default"));
         assert_eq!(trigger(&ev("instance-created", "default")), None);
         assert_eq!(trigger(&ev("instance-started", "default")), None);
         assert_eq!(trigger(r#"{"type":"logging","metadata":{}}"#), None);
+        let renamed = r#"{"metadata":{"action":"instance-renamed","name":"x-b","context":{"old_name":"web-a"}},"project":"default","type":"lifecycle"}"#;
+        assert_eq!(trigger(renamed), it("default"));
         assert_eq!(trigger("not json"), None);
     }
 }

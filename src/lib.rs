@@ -18,5 +18,6 @@ pub mod memory;
 pub mod model;
 pub mod observe;
 pub mod reconciler;
+pub mod report;
 pub mod systemd;
 pub mod watch;

@@ -1,50 +1,73 @@
 //! Observe: Incus → [`Observation`] for one group, in one list request plus the memory source.
 //!
-//! Only instances whose `user.incus-hpa.group` is exactly the group's name are returned: the
-//! server-side filter is a case-insensitive regex, so the value is checked again here.
+//! Incus filters the list on the group key (a case-insensitive pattern); each instance is then
+//! checked with [`ownership`]: only the instances the daemon created for the group are
+//! returned as the group's, and only its healthy ones are measured. Instances carrying the key
+//! that the daemon did not create (copies, renames, moves, imports) are listed as foreign.
 
+use std::time::SystemTime;
+
+use crate::decide::{owner_value, ownership, Ownership};
 use crate::incus::{Incus, IncusError, Instance};
 use crate::memory::MemorySource;
-use crate::model::{GroupSpec, InstanceStatus, Observation, ObservedInstance, GROUP_KEY};
+use crate::model::{Foreign, GroupSpec, Observation, ObservedInstance, GROUP_KEY, UUID_KEY};
 
-/// True when `inst` was created by incus-hpa for `group`.
-pub fn is_managed_by(inst: &Instance, group: &str) -> bool {
-    inst.config.get(GROUP_KEY).map(String::as_str) == Some(group)
+/// True when `inst` is one the daemon created for the group `spec`.
+pub fn is_owned(inst: &Instance, spec: &GroupSpec) -> bool {
+    ownership(spec.name.as_str(), &spec.project, &inst.name, &inst.config) == Ownership::Owned
 }
 
-/// Lists the group's managed instances and reads the memory of the running ones.
+/// Lists the group's instances and reads the memory of the healthy ones.
 pub async fn observe(
     incus: &dyn Incus,
     memory: &dyn MemorySource,
     spec: &GroupSpec,
 ) -> Result<Observation, IncusError> {
     let group = spec.name.as_str();
-    let mut listed = incus
+    let listed = incus
         .list_by_config(&spec.project, GROUP_KEY, group)
         .await?;
-    listed.retain(|i| is_managed_by(i, group));
-    let running: Vec<String> = listed
+    let now = SystemTime::now();
+    let mut owned = Vec::new();
+    let mut foreign = Vec::new();
+    for i in listed {
+        match ownership(group, &spec.project, &i.name, &i.config) {
+            Ownership::Owned => owned.push(i),
+            Ownership::Foreign(why) => foreign.push(Foreign {
+                adopt: owner_value(
+                    &spec.project,
+                    &i.name,
+                    i.config.get(UUID_KEY).map_or("", String::as_str),
+                ),
+                name: i.name,
+                why,
+            }),
+            Ownership::NotInGroup => {}
+        }
+    }
+    let healthy: Vec<String> = owned
         .iter()
-        .filter(|i| i.status() == InstanceStatus::Running)
+        .filter(|i| i.status().is_healthy())
         .map(|i| i.name.clone())
         .collect();
-    let mut readings = memory.read(&spec.project, &running).await.into_iter();
-    let instances = listed
+    let mut readings = memory.read(&spec.project, &healthy).await.into_iter();
+    let instances = owned
         .into_iter()
         .map(|i| {
             let status = i.status();
-            let memory = if status == InstanceStatus::Running {
+            let memory = if status.is_healthy() {
                 readings.next().flatten()
             } else {
                 None
             };
             ObservedInstance {
                 created_at: i.created_nanos(),
+                since_start: i.since_start(now),
                 name: i.name,
                 status,
                 memory,
             }
         })
         .collect();
-    Ok(Observation { instances })
+    Ok(Observation { instances, foreign })
 }

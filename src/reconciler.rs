@@ -1,11 +1,14 @@
-//! The reconcile loop: per group, observe → decide → act, requeued after the interval, or
-//! after an exponential backoff when it failed. Level-triggered: each pass reads what is there
-//! now; the only memory kept is the stabilization history, which is safe to lose.
+//! The reconcile loop: per group, observe → decide → act, requeued after the interval (sooner
+//! when something is due, such as a restart after its backoff), or after an exponential backoff
+//! when it failed. Level-triggered: each pass reads what is there now; the only memory kept is
+//! the decision history, which is safe to lose.
 //!
 //! Groups are independent: they are reconciled concurrently, and one group's failure (a
-//! missing image, say) only backs that group off.
+//! missing image, say) only backs that group off. Incus events wake a group early, except the
+//! events of the daemon's own removals, and except a group that is backing off; a group backing
+//! off because Incus was unreachable is retried as soon as Incus is back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,13 +19,16 @@ use crate::act::{self, Outcome};
 use crate::decide::{decide, History};
 use crate::incus::{Incus, IncusError};
 use crate::memory::MemorySource;
-use crate::model::{DesiredState, GroupName, GroupSpec, Plan, Reason};
+use crate::model::{DesiredState, GroupName, GroupSpec, MemorySourceKind, Reason};
 use crate::observe::observe;
+use crate::report;
 
 /// First retry delay after a failed reconcile; doubles up to [`BACKOFF_MAX`].
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// Longest delay between retries of a failing group.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How long after the daemon removed an instance the events about it are its own.
+const OWN_EVENTS: Duration = Duration::from_secs(10);
 
 /// Why one reconcile of a group failed.
 #[derive(Debug, thiserror::Error)]
@@ -37,11 +43,24 @@ pub enum ReconcileError {
     },
 }
 
+impl ReconcileError {
+    /// True when Incus could not be reached (rather than refusing something).
+    pub fn is_transport(&self) -> bool {
+        match self {
+            ReconcileError::Observe(e) => e.is_transport(),
+            ReconcileError::Act { first, .. } => first.is_transport(),
+        }
+    }
+}
+
+/// Builds the memory source `[daemon] memory_source` asks for.
+pub type MemoryFactory = Arc<dyn Fn(MemorySourceKind) -> Arc<dyn MemorySource> + Send + Sync>;
+
 /// What the reconciler needs from the outside world.
 #[derive(Clone)]
 pub struct Context {
     pub incus: Arc<dyn Incus>,
-    pub memory: Arc<dyn MemorySource>,
+    pub memory: MemoryFactory,
     /// Set on shutdown: the action in flight completes, no new one starts.
     pub stop: Arc<AtomicBool>,
 }
@@ -51,6 +70,7 @@ pub struct Context {
 pub struct Summary {
     pub current: u32,
     pub desired: u32,
+    pub unhealthy: u32,
     pub utilization: Option<f64>,
     pub reason: Reason,
     pub error: Option<String>,
@@ -61,76 +81,131 @@ struct GroupState {
     history: History,
     next: Instant,
     failures: u32,
+    /// The last failure was Incus being unreachable.
+    unreachable: bool,
     last: Option<Summary>,
+    /// When the last pass ended.
+    done: Option<Instant>,
+    /// Foreign instances already reported.
+    reported: BTreeSet<String>,
+}
+
+impl GroupState {
+    fn new(spec: &GroupSpec, now: Instant) -> Self {
+        Self {
+            spec: spec.clone(),
+            history: History::default(),
+            next: now,
+            failures: 0,
+            unreachable: false,
+            last: None,
+            done: None,
+            reported: BTreeSet::new(),
+        }
+    }
 }
 
 /// Every managed group and when it is next due.
 pub struct Reconciler {
     ctx: Context,
+    memory_kind: MemorySourceKind,
+    memory: Arc<dyn MemorySource>,
     interval: Duration,
     groups: BTreeMap<GroupName, GroupState>,
+    /// (project, instance) the daemon removed, until when their events are its own.
+    own: HashMap<(String, String), Instant>,
 }
 
 impl Reconciler {
     /// A reconciler with every group of `state` due at `now`.
     pub fn new(ctx: Context, state: &DesiredState, now: Instant) -> Self {
+        let memory_kind = state.daemon.memory_source;
         let mut r = Self {
+            memory: (ctx.memory)(memory_kind),
+            memory_kind,
             ctx,
             interval: state.daemon.interval,
             groups: BTreeMap::new(),
+            own: HashMap::new(),
         };
         r.set_desired(state, now);
         r
     }
 
-    /// Switches to a new desired state: new and changed groups are due at once (their history
-    /// is kept); removed groups are no longer managed and their instances are left alone.
+    /// Switches to a new desired state. Every `[daemon]` key applies at once: a new memory
+    /// source is used from the next pass, a shorter interval brings every group's next pass
+    /// forward. New and changed groups are due at once (their history is kept); removed groups,
+    /// and groups moved to another project, are no longer managed where they were and their
+    /// instances are left alone.
     pub fn set_desired(&mut self, state: &DesiredState, now: Instant) {
+        if state.daemon.memory_source != self.memory_kind {
+            self.memory_kind = state.daemon.memory_source;
+            self.memory = (self.ctx.memory)(self.memory_kind);
+        }
         self.interval = state.daemon.interval;
         self.groups.retain(|name, g| {
-            let keep = state.groups.contains_key(name);
-            if !keep {
-                let n = g.last.as_ref().map_or(0, |s| s.current);
-                tracing::warn!(group = %name, current = n,
-                    "group {name} was removed from the desired state: no longer managing it; its {n} instance(s) are left as they are");
+            let moved = state.groups.get(name).map(|s| s.project != g.spec.project);
+            let n = g.last.as_ref().map_or(0, |s| s.current);
+            match moved {
+                None => tracing::warn!(group = %name, current = n,
+                    "group {name} was removed from the desired state: no longer managing it; \
+                     its {n} instance(s) are left as they are"),
+                Some(true) => tracing::warn!(group = %name, current = n,
+                    "group {name} moved from project {} to {}: its {n} instance(s) in {} are \
+                     left as they are", g.spec.project, state.groups[name].project, g.spec.project),
+                Some(false) => {}
             }
-            keep
+            moved == Some(false)
         });
         for (name, spec) in &state.groups {
-            match self.groups.get_mut(name) {
-                Some(g) if g.spec == *spec => {}
-                Some(g) => {
-                    g.spec = spec.clone();
-                    g.next = now;
-                    g.failures = 0;
-                }
-                None => {
-                    self.groups.insert(
-                        name.clone(),
-                        GroupState {
-                            spec: spec.clone(),
-                            history: History::default(),
-                            next: now,
-                            failures: 0,
-                            last: None,
-                        },
-                    );
-                }
+            let g = self
+                .groups
+                .entry(name.clone())
+                .or_insert_with(|| GroupState::new(spec, now));
+            if g.spec != *spec {
+                g.spec = spec.clone();
+                g.next = now;
+                g.failures = 0;
+            }
+            if let Some(sooner) = g.done.and_then(|d| d.checked_add(self.interval)) {
+                g.next = g.next.min(sooner.max(now));
             }
         }
     }
 
-    /// Makes due at `now` the groups whose instances `name` could be (same project, name with the
-    /// group's prefix: the daemon names every instance it creates so; ownership itself is still
-    /// checked by the config key), except those backing off after a failure: an event must not
-    /// turn a backoff into a busy loop.
+    /// Makes due at `now` the groups whose instance `name` could be (same project, name with the
+    /// group's prefix: the daemon names every instance it creates so), unless the event is
+    /// about an instance the daemon itself just removed, and except groups backing off after a
+    /// failure: an event must not turn a backoff into a busy loop.
     pub fn wake(&mut self, project: &str, name: &str, now: Instant) {
+        self.own.retain(|_, until| *until > now);
+        if self
+            .own
+            .contains_key(&(project.to_owned(), name.to_owned()))
+        {
+            tracing::debug!(
+                instance = name,
+                "event about {name}, removed by incus-hpa: ignored"
+            );
+            return;
+        }
         for g in self.groups.values_mut() {
             let candidate = g.spec.project == project && name.starts_with(&g.spec.instance_prefix);
             if candidate && g.failures == 0 && g.next > now {
                 tracing::debug!(group = %g.spec.name, instance = name, "{name} stopped or vanished: reconciling now");
                 g.next = now;
             }
+        }
+    }
+
+    /// Incus answers again: groups that were backing off because it could not be reached are
+    /// retried at once.
+    pub fn incus_back(&mut self, now: Instant) {
+        for g in self.groups.values_mut().filter(|g| g.unreachable) {
+            tracing::info!(group = %g.spec.name, "Incus is back: reconciling {} now", g.spec.name);
+            g.unreachable = false;
+            g.failures = 0;
+            g.next = now;
         }
     }
 
@@ -142,72 +217,62 @@ impl Reconciler {
     /// Reconciles every group due at `now`, concurrently.
     pub async fn run_due(&mut self, now: Instant) {
         let ctx = &self.ctx;
+        let memory = self.memory.as_ref();
         let interval = self.interval;
         let due = self.groups.values_mut().filter(|g| g.next <= now);
         let passes = due.map(|g| async move {
-            let result = reconcile(ctx, &g.spec, &mut g.history, g.last.as_ref(), now).await;
+            let result = reconcile(ctx, memory, g, now).await;
             let done = Instant::now();
-            match result {
-                Ok(summary) => {
+            g.done = Some(done);
+            let removed = match result {
+                Ok((summary, requeue_in, removed)) => {
                     g.failures = 0;
-                    g.next = done + interval;
+                    g.unreachable = false;
+                    let regular = done.checked_add(interval).unwrap_or(done);
+                    let due = requeue_in.and_then(|r| now.checked_add(r));
+                    g.next = due.map_or(regular, |d| d.clamp(done, regular));
                     g.last = Some(summary);
+                    removed
                 }
-                Err((e, summary)) => {
+                Err((e, summary, removed)) => {
                     let delay = backoff(g.failures);
                     g.failures = g.failures.saturating_add(1);
+                    g.unreachable = e.is_transport();
                     g.next = done + delay;
                     tracing::warn!(group = %g.spec.name, error = %e, retry_in = %humantime::format_duration(delay),
                         "reconciling {} failed: {e}; retrying in {}", g.spec.name, humantime::format_duration(delay));
                     let mut s = summary.or_else(|| g.last.clone()).unwrap_or(Summary {
                         current: 0,
                         desired: 0,
+                        unhealthy: 0,
                         utilization: None,
                         reason: Reason::NoMetrics,
                         error: None,
                     });
                     s.error = Some(e.to_string());
                     g.last = Some(s);
+                    removed
                 }
-            }
+            };
+            let until = done + OWN_EVENTS;
+            removed
+                .into_iter()
+                .map(move |name| ((g.spec.project.clone(), name), until))
+                .collect::<Vec<_>>()
         });
-        futures_util::future::join_all(passes).await;
+        for own in futures_util::future::join_all(passes).await {
+            self.own.extend(own);
+        }
     }
 
     /// The last outcome of each group.
-    pub fn summaries(&self) -> impl Iterator<Item = (&GroupName, Option<&Summary>)> {
-        self.groups.iter().map(|(n, g)| (n, g.last.as_ref()))
+    pub fn summaries(&self) -> impl Iterator<Item = (&GroupSpec, Option<&Summary>)> {
+        self.groups.values().map(|g| (&g.spec, g.last.as_ref()))
     }
 
-    /// A one-line summary for `STATUS=`: `web 3/3 mem 45% (target 70%); db 1/1 …`.
+    /// A one-line summary for `STATUS=` (see [`report::status_line`]).
     pub fn status_line(&self) -> String {
-        if self.groups.is_empty() {
-            return "no groups configured: nothing to manage".into();
-        }
-        let parts: Vec<String> = self
-            .groups
-            .values()
-            .map(|g| {
-                let name = &g.spec.name;
-                match &g.last {
-                    None => format!("{name}: pending"),
-                    Some(s) => {
-                        let mut line = format!(
-                            "{name} {}/{} mem {} (target {}%)",
-                            s.current,
-                            s.desired,
-                            fmt_util(s.utilization),
-                            g.spec.memory_threshold
-                        );
-                        if let Some(e) = &s.error {
-                            line.push_str(&format!(" ERROR {e}"));
-                        }
-                        line
-                    }
-                }
-            })
-            .collect();
-        parts.join("; ")
+        report::status_line(self.summaries())
     }
 }
 
@@ -219,47 +284,61 @@ pub fn backoff(failures: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
-/// Utilization for people: `45.3%`, or `unknown`.
-pub fn fmt_util(u: Option<f64>) -> String {
-    u.map_or_else(|| "unknown".into(), |u| format!("{u:.1}%"))
-}
+/// A pass that worked: its summary, when it wants to run again at the latest, and the
+/// instances it removed.
+type Passed = (Summary, Option<Duration>, Vec<String>);
+/// A pass that failed: why, its summary if it got as far as deciding, and what it removed.
+type Failed = (ReconcileError, Option<Summary>, Vec<String>);
 
-type Failed = (ReconcileError, Option<Summary>);
-
-/// One pass for one group: observe, decide, record, act.
+/// One pass for one group: observe, decide, act, and remember what happened.
 async fn reconcile(
     ctx: &Context,
-    spec: &GroupSpec,
-    history: &mut History,
-    previous: Option<&Summary>,
+    memory: &dyn MemorySource,
+    g: &mut GroupState,
     now: Instant,
-) -> Result<Summary, Failed> {
-    let obs = observe(ctx.incus.as_ref(), ctx.memory.as_ref(), spec)
+) -> Result<Passed, Failed> {
+    let spec = &g.spec;
+    let obs = observe(ctx.incus.as_ref(), memory, spec)
         .await
-        .map_err(|e| (ReconcileError::Observe(e), None))?;
-    let plan = decide(spec, &obs, history, now);
-    history.record(
-        now,
-        &plan,
-        spec.scale_down_stabilization
-            .max(spec.scale_up_stabilization),
-    );
-    let changed = previous.is_none_or(|p| {
+        .map_err(|e| (ReconcileError::Observe(e), None, Vec::new()))?;
+    g.reported
+        .retain(|n| obs.foreign.iter().any(|f| &f.name == n));
+    for f in &obs.foreign {
+        if g.reported.insert(f.name.clone()) {
+            report::foreign(spec, f);
+        }
+    }
+    let plan = decide(spec, &obs, &mut g.history, now);
+    for note in &plan.notes {
+        report::note(spec, note);
+    }
+    let changed = g.last.as_ref().is_none_or(|p| {
         (p.current, p.desired, p.reason) != (plan.current, plan.desired, plan.reason)
     });
-    log_decision(spec, &plan, changed || !plan.actions.is_empty());
+    report::decision(spec, &plan, changed || !plan.actions.is_empty());
     let summary = Summary {
         current: plan.current,
         desired: plan.desired,
+        unhealthy: plan.unhealthy,
         utilization: plan.utilization,
         reason: plan.reason,
         error: None,
     };
-    let outcomes = act::apply(ctx.incus.as_ref(), spec, &plan, &ctx.stop).await;
+    let outcomes = act::apply(ctx.incus.as_ref(), spec, &plan.actions, &ctx.stop).await;
+    let done = Instant::now();
+    let mut removed = Vec::new();
+    for o in &outcomes {
+        match o.action {
+            "create" if o.result.is_ok() => g.history.created(&o.instance),
+            "start" => g.history.started(spec, &o.instance, o.result.is_ok(), done),
+            "delete" => removed.push(o.instance.clone()),
+            _ => {}
+        }
+    }
     let total = plan.actions.len();
     let mut failed: Vec<Outcome> = outcomes.into_iter().filter(|o| o.result.is_err()).collect();
     if failed.is_empty() {
-        return Ok(summary);
+        return Ok((summary, plan.requeue_in, removed));
     }
     let n = failed.len();
     let first = failed.remove(0).result.expect_err("filtered on errors");
@@ -270,41 +349,6 @@ async fn reconcile(
             first,
         },
         Some(summary),
+        removed,
     ))
-}
-
-/// One line per decision: at info level when it acts or differs from the previous one, at
-/// debug level when it repeats itself (`RUST_LOG=incus_hpa=debug` shows every tick).
-fn log_decision(spec: &GroupSpec, plan: &Plan, notable: bool) {
-    let util = fmt_util(plan.utilization);
-    let util_field = plan
-        .utilization
-        .map_or_else(|| "unknown".into(), |u| format!("{u:.1}"));
-    let target = spec.memory_threshold;
-    let (c, d) = (plan.current, plan.desired);
-    let msg = match plan.reason {
-        Reason::BelowMin => format!("{c} instance(s), below min {}: scaling to {d}", spec.min),
-        Reason::AboveMax => format!("{c} instance(s), above max {}: scaling to {d}", spec.max),
-        Reason::AboveThreshold if d > c => format!("memory {util} above target {target}%: scaling up from {c} to {d}"),
-        Reason::AboveThreshold => format!("memory {util} above target {target}%: keeping {c} (max {})", spec.max),
-        Reason::BelowThreshold if d < c => format!("memory {util} below target {target}%: scaling down from {c} to {d}"),
-        Reason::BelowThreshold => format!("memory {util} below target {target}%: keeping {c} (min {})", spec.min),
-        Reason::Stabilizing => format!("memory {util} below target {target}%: keeping {c} during the scale-down stabilization window"),
-        Reason::StabilizingUp => format!("memory {util} above target {target}%: keeping {c} during the scale-up stabilization window"),
-        Reason::MetricsMissing => format!("memory {util}, but some instances have no reading: keeping {c}"),
-        Reason::NoMetrics => format!("no memory reading: keeping {c}"),
-        Reason::WithinTolerance => format!("memory {util} near target {target}%: keeping {c}"),
-    };
-    let msg = if plan.step_limited {
-        format!("{msg} (step limit; {} recommended)", plan.recommendation)
-    } else {
-        msg
-    };
-    let g = spec.name.as_str();
-    let reason = plan.reason.as_str();
-    if !notable {
-        tracing::debug!(group = g, current = c, desired = d, utilization = %util_field, reason, "{g}: {msg}");
-    } else {
-        tracing::info!(group = g, current = c, desired = d, utilization = %util_field, reason, "{g}: {msg}");
-    }
 }

@@ -157,6 +157,32 @@ impl<'t, 'i> Fields<'t, 'i> {
         }
     }
 
+    /// A duration from `min` to `max`; anything else is reported with both bounds.
+    pub fn duration_within(
+        &mut self,
+        c: &mut Collector,
+        key: &str,
+        min: Duration,
+        max: Duration,
+    ) -> Option<Duration> {
+        let (d, span) = self.duration(c, key)?;
+        if d < min || d > max {
+            let h = |d: Duration| humantime::format_duration(d).to_string();
+            let range = if min.is_zero() {
+                format!("at most {}", h(max))
+            } else {
+                format!("from {} to {}", h(min), h(max))
+            };
+            c.error(
+                Some(span),
+                &self.key(key),
+                format!("{} is out of range: must be {range}", h(d)),
+            );
+            return None;
+        }
+        Some(d)
+    }
+
     pub fn strings(&mut self, c: &mut Collector, key: &str) -> Option<At<Vec<String>>> {
         let v = self.get(key)?;
         let DeValue::Array(items) = v.get_ref() else {

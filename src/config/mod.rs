@@ -1,10 +1,12 @@
 //! The desired-state file: TOML text → validated [`DesiredState`], or every problem at once.
 //!
 //! Parsing keeps each value's place, so an error reads `PATH:LINE:COLUMN: error: groups.web.max: …`.
-//! `parse` takes text (tests never touch files); `load` reads a file and checks who may write it.
+//! `parse` takes text (tests never touch files); `load` reads a file as it is, `load_checked`
+//! only if nobody but root and the daemon's user can have written it (see [`open_checked`]).
 
 mod diag;
 mod fields;
+mod safe_open;
 mod security;
 
 use std::collections::BTreeMap;
@@ -16,9 +18,12 @@ use toml::de::{DeTable, DeValue};
 use diag::Collector;
 pub use diag::{Diagnostic, Severity};
 use fields::Fields;
-pub use security::check_permissions;
+pub use security::{check_permissions, open_checked};
 
-use crate::model::{DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, GROUP_KEY};
+use crate::model::{
+    DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, GROUP_KEY,
+    RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
+};
 
 /// Where the daemon looks for its desired state unless told otherwise.
 pub const DEFAULT_PATH: &str = "/etc/incus-hpa/desired-state.toml";
@@ -41,9 +46,24 @@ pub struct Loaded {
     pub warnings: Vec<Diagnostic>,
 }
 
-/// Reads, checks the ownership and mode of, and parses a desired-state file.
+/// Reads and parses a desired-state file, whoever may have written it (`validate`, tests);
+/// the daemon uses [`load_checked`].
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| unreadable(path, format!("cannot read the file: {e}")))?;
+    parse(path, &text)
+}
+
+/// Reads a desired-state file through [`open_checked`] (refusing it unless only root and
+/// `allowed_uid` can have written it, with one error saying why) and parses it.
+pub fn load_checked(path: &Path, allowed_uid: u32) -> Result<Loaded, ConfigError> {
+    let text = open_checked(path, allowed_uid).map_err(|message| unreadable(path, message))?;
+    parse(path, &text)
+}
+
+/// A file that could not be read: one error with no place in it.
+fn unreadable(path: &Path, message: String) -> ConfigError {
+    ConfigError {
         file: path.to_path_buf(),
         diagnostics: vec![Diagnostic {
             severity: Severity::Error,
@@ -51,14 +71,17 @@ pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
             line: 0,
             column: 0,
             key: String::new(),
-            message: format!("cannot read the file: {e}"),
+            message,
         }],
-    })?;
-    parse(path, &text)
+    }
 }
 
 const TOP_KEYS: &[&str] = &["daemon", "groups"];
 const DAEMON_KEYS: &[&str] = &["interval", "memory_source"];
+
+/// The longest interval, stabilization window and grace period accepted: beyond a day a value
+/// is a typo, and far beyond it would overflow the clock.
+pub const DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
 const GROUP_KEYS: &[&str] = &[
     "min",
     "max",
@@ -74,6 +97,8 @@ const GROUP_KEYS: &[&str] = &[
     "max_scale_up_step",
     "max_scale_down_step",
     "stop_timeout",
+    "unhealthy_grace",
+    "restart_backoff",
     "allow_privileged",
 ];
 
@@ -114,7 +139,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Loaded, ConfigError> {
                         continue;
                     };
                     let fields = Fields::new(table, &key, name.span());
-                    if let Some(spec) = group(&mut c, g.clone(), fields) {
+                    if let Some(spec) = group(&mut c, g.clone(), fields, daemon.interval) {
                         groups.insert(g, spec);
                     }
                 }
@@ -149,12 +174,10 @@ pub fn parse(file: &Path, text: &str) -> Result<Loaded, ConfigError> {
 
 fn daemon(c: &mut Collector, mut t: Fields) -> DaemonSpec {
     let mut d = DaemonSpec::default();
-    if let Some((interval, span)) = t.duration(c, "interval") {
-        if interval < Duration::from_millis(100) {
-            c.error(Some(span), &t.key("interval"), "must be at least 100ms");
-        } else {
-            d.interval = interval;
-        }
+    if let Some(interval) =
+        t.duration_within(c, "interval", Duration::from_millis(100), DURATION_MAX)
+    {
+        d.interval = interval;
     }
     if let Some((s, span)) = t.string(c, "memory_source") {
         d.memory_source = match s.as_str() {
@@ -175,7 +198,12 @@ fn daemon(c: &mut Collector, mut t: Fields) -> DaemonSpec {
     d
 }
 
-fn group(c: &mut Collector, name: GroupName, mut t: Fields) -> Option<GroupSpec> {
+fn group(
+    c: &mut Collector,
+    name: GroupName,
+    mut t: Fields,
+    interval: Duration,
+) -> Option<GroupSpec> {
     let before = c.diagnostics.len();
     let min = t.count(c, "min");
     let max = t.count(c, "max");
@@ -188,8 +216,8 @@ fn group(c: &mut Collector, name: GroupName, mut t: Fields) -> Option<GroupSpec>
     let prefix = t.string(c, "instance_prefix");
     let profiles = t.strings(c, "profiles");
     let project = t.string(c, "project");
-    let down = t.duration(c, "scale_down_stabilization");
-    let up = t.duration(c, "scale_up_stabilization");
+    let down = t.duration_within(c, "scale_down_stabilization", Duration::ZERO, DURATION_MAX);
+    let up = t.duration_within(c, "scale_up_stabilization", Duration::ZERO, DURATION_MAX);
     let up_step = t.count(c, "max_scale_up_step");
     let down_step = t.count(c, "max_scale_down_step");
     for (key, step) in [
@@ -204,7 +232,14 @@ fn group(c: &mut Collector, name: GroupName, mut t: Fields) -> Option<GroupSpec>
             );
         }
     }
-    let stop_timeout = t.duration(c, "stop_timeout");
+    let stop_timeout = t.duration_within(c, "stop_timeout", Duration::ZERO, STOP_TIMEOUT_MAX);
+    let grace = t.duration_within(c, "unhealthy_grace", Duration::ZERO, DURATION_MAX);
+    let restart_backoff = t.duration_within(
+        c,
+        "restart_backoff",
+        Duration::from_millis(100),
+        RESTART_BACKOFF_MAX,
+    );
     let allow_privileged = t.boolean(c, "allow_privileged").is_some_and(|(b, _)| b);
     let config = t
         .table(c, "config")
@@ -295,8 +330,7 @@ fn group(c: &mut Collector, name: GroupName, mut t: Fields) -> Option<GroupSpec>
     {
         return None;
     }
-    let secs =
-        |d: Option<(Duration, _)>, default: u64| d.map_or(Duration::from_secs(default), |(d, _)| d);
+    let secs = |d: Option<Duration>, default: u64| d.unwrap_or(Duration::from_secs(default));
     Some(GroupSpec {
         instance_prefix: prefix.map_or_else(|| format!("{name}-"), |(p, _)| p),
         min: min.map_or(1, |(m, _)| m),
@@ -312,6 +346,9 @@ fn group(c: &mut Collector, name: GroupName, mut t: Fields) -> Option<GroupSpec>
         max_scale_up_step: up_step.map(|(s, _)| s),
         max_scale_down_step: down_step.map(|(s, _)| s),
         stop_timeout: secs(stop_timeout, 30),
+        unhealthy_grace: secs(grace, 300),
+        restart_backoff: secs(restart_backoff, 10),
+        interval,
         name,
     })
 }

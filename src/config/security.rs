@@ -1,8 +1,14 @@
 //! What a desired-state file may ask for and who may write it: the file is a root-equivalent
 //! input (it decides what containers run), so it is held to sshd's StrictModes rules.
+//!
+//! [`open_checked`] reads the file through [`super::safe_open`], which resolves the path
+//! itself and checks every directory, symlink and the file on the descriptors it opens (no
+//! window between check and read); [`check_permissions`] runs the same walk without reading.
 
-use std::os::unix::fs::MetadataExt;
+use std::io::Read;
 use std::path::Path;
+
+use super::safe_open;
 
 /// Why an instance config key would give the container root on the host, or `None`.
 pub fn grants_host_root(key: &str, value: &str) -> Option<String> {
@@ -27,48 +33,27 @@ pub fn grants_host_root(key: &str, value: &str) -> Option<String> {
     }
 }
 
-/// Refuses a file (and its directory, unless sticky) that is writable by group or others or
-/// owned by someone other than root or `allowed_uid`.
-pub fn check_permissions(file: &Path, allowed_uid: u32) -> Result<(), String> {
-    let meta =
-        std::fs::metadata(file).map_err(|e| format!("cannot stat {}: {e}", file.display()))?;
-    check_one(file, &meta, allowed_uid, false)?;
-    let dir = file
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let dmeta =
-        std::fs::metadata(dir).map_err(|e| format!("cannot stat {}: {e}", dir.display()))?;
-    check_one(dir, &dmeta, allowed_uid, true)
+/// Opens `path` the way [`open_checked`] does, without reading it: `Ok` when the daemon
+/// would accept the file, else why not (naming the path component that is wrong).
+pub fn check_permissions(path: &Path, allowed_uid: u32) -> Result<(), String> {
+    safe_open::open(path, allowed_uid).map(drop)
 }
 
-fn check_one(
-    path: &Path,
-    meta: &std::fs::Metadata,
-    allowed_uid: u32,
-    is_dir: bool,
-) -> Result<(), String> {
-    let mode = meta.mode();
-    let sticky = mode & 0o1000 != 0;
-    if meta.uid() != 0 && meta.uid() != allowed_uid {
-        return Err(format!(
-            "{} is owned by uid {}, not by root or the daemon's user: refusing it (chown root {})",
-            path.display(),
-            meta.uid(),
-            path.display()
-        ));
-    }
-    if mode & 0o022 != 0 && !(is_dir && sticky) {
-        return Err(format!(
-            "{} is writable by {}: refusing it (chmod go-w {})",
-            path.display(),
-            if mode & 0o002 != 0 {
-                "others"
-            } else {
-                "its group"
-            },
-            path.display()
-        ));
-    }
-    Ok(())
+/// The text of `path`, read from a descriptor opened without trusting the path: every
+/// directory from `/` (or the current directory) down, every symlink followed and the file
+/// itself must be owned by root or `allowed_uid` and writable by nobody else (sticky
+/// directories excepted), checked on what was opened, not on a path that could change in
+/// between. The error names the path component that is wrong and how to fix it.
+pub fn open_checked(path: &Path, allowed_uid: u32) -> Result<String, String> {
+    let mut opened = safe_open::open(path, allowed_uid)?;
+    let mut text = String::new();
+    opened
+        .file
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {}: {e}", opened.shown.display()))?;
+    Ok(text)
 }
+
+#[cfg(test)]
+#[path = "security_tests.rs"]
+mod tests;

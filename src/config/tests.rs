@@ -193,3 +193,73 @@ fn diagnostics_print_as_path_line_column_key() {
         "/etc/x.toml:2:7: error: groups.web.max: must be at least 1"
     );
 }
+
+#[test]
+fn health_keys_have_defaults_and_take_values() {
+    let g = |text: &str| {
+        ok(text)
+            .state
+            .groups
+            .into_values()
+            .next()
+            .expect("one group")
+    };
+    let base = "[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\n";
+    let d = g(base);
+    assert_eq!(d.unhealthy_grace, Duration::from_secs(300));
+    assert_eq!(d.restart_backoff, Duration::from_secs(10));
+    assert_eq!(d.interval, Duration::from_secs(15), "the daemon's interval");
+    let s = g(&format!(
+        "[daemon]\ninterval = \"2s\"\n{base}unhealthy_grace = \"1m\"\nrestart_backoff = \"1s\"\n"
+    ));
+    assert_eq!(s.unhealthy_grace, Duration::from_secs(60));
+    assert_eq!(s.restart_backoff, Duration::from_secs(1));
+    assert_eq!(s.interval, Duration::from_secs(2));
+}
+
+#[test]
+fn absurd_durations_are_rejected_with_their_range() {
+    let base = "[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\n";
+    for (extra, msg) in [
+        (
+            "[daemon]\ninterval = \"50ms\"\n",
+            "daemon.interval: 50ms is out of range: must be from 100ms to 1day",
+        ),
+        (
+            "[daemon]\ninterval = \"100000years\"\n",
+            "daemon.interval: 100000years is out of range",
+        ),
+        (
+            "[daemon]\ninterval = \"99999999999999999999s\"\n",
+            "daemon.interval: \"99999999999999999999s\" is not a duration",
+        ),
+        (
+            "scale_down_stabilization = \"2days\"\n",
+            "groups.web.scale_down_stabilization: 2days is out of range: must be at most 1day",
+        ),
+        (
+            "scale_up_stabilization = \"25h\"\n",
+            "groups.web.scale_up_stabilization: 1day 1h is out of range",
+        ),
+        (
+            "stop_timeout = \"10m\"\n",
+            "groups.web.stop_timeout: 10m is out of range: must be at most 2m",
+        ),
+        (
+            "unhealthy_grace = \"3days\"\n",
+            "groups.web.unhealthy_grace: 3days",
+        ),
+        (
+            "restart_backoff = \"1h\"\n",
+            "groups.web.restart_backoff: 1h is out of range: must be from 100ms to 5m",
+        ),
+    ] {
+        let text = if extra.starts_with("[daemon]") {
+            format!("{extra}{base}")
+        } else {
+            format!("{base}{extra}")
+        };
+        let errs = errors(&text);
+        assert!(errs.iter().any(|e| e.contains(msg)), "{extra}: {errs:#?}");
+    }
+}

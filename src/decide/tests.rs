@@ -6,11 +6,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::model::{GroupName, Memory, ObservedInstance};
+use crate::model::{GroupName, InstanceStatus, Memory, ObservedInstance};
 
 const MIB: u64 = 1 << 20;
 
-fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
+pub(super) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
     GroupSpec {
         name: GroupName::parse("web").unwrap(),
         min,
@@ -27,15 +27,19 @@ fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         max_scale_up_step: None,
         max_scale_down_step: None,
         stop_timeout: Duration::from_secs(30),
+        unhealthy_grace: Duration::from_secs(300),
+        restart_backoff: Duration::from_secs(10),
+        interval: Duration::from_secs(15),
     }
 }
 
 /// One running instance at `percent` of a 100 MiB limit, created at `created`.
-fn at(percent: f64, created: i64) -> ObservedInstance {
+pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
     ObservedInstance {
         name: format!("web-{created}"),
         status: InstanceStatus::Running,
         created_at: created,
+        since_start: Some(Duration::from_secs(3600)),
         memory: Some(Memory {
             usage: (percent * MIB as f64) as u64,
             limit: 100 * MIB,
@@ -43,40 +47,52 @@ fn at(percent: f64, created: i64) -> ObservedInstance {
     }
 }
 
-fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstance {
+pub(super) fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstance {
     ObservedInstance {
         name: format!("web-{created}"),
         status,
         created_at: created,
+        since_start: Some(Duration::from_secs(3600)),
         memory: None,
     }
 }
 
-fn obs(percents: &[f64]) -> Observation {
+pub(super) fn obs(percents: &[f64]) -> Observation {
     Observation {
         instances: percents
             .iter()
             .enumerate()
             .map(|(i, p)| at(*p, i as i64))
             .collect(),
+        foreign: vec![],
     }
 }
 
-/// A history that already saw `rec` long ago (outside every window): no stabilization effect.
-fn settled() -> (History, Instant) {
+/// A history whose desired count is `desired`, decided long ago (outside every window and
+/// period): no stabilization or step effect.
+pub(super) fn settled(desired: u32) -> (History, Instant) {
     let t0 = Instant::now();
     let mut h = History::default();
-    let p = Plan {
-        current: 0,
-        desired: 0,
-        utilization: None,
-        recommendation: 0,
-        reason: Reason::NoMetrics,
-        step_limited: false,
-        actions: vec![],
-    };
-    h.record(t0, &p, Duration::from_secs(3600));
+    h.record(&spec(0, 1000, 50.0), t0, desired, desired, desired);
     (h, t0 + Duration::from_secs(1000))
+}
+
+/// Decides with a settled history whose desired count is the observed capacity.
+fn run(spec: &GroupSpec, obs: &Observation) -> Plan {
+    let capacity = obs
+        .instances
+        .iter()
+        .filter(|i| i.status.is_healthy() || i.status == InstanceStatus::Stopped)
+        .count() as u32;
+    let (mut h, now) = settled(capacity);
+    decide(spec, obs, &mut h, now)
+}
+
+fn observation(instances: Vec<ObservedInstance>) -> Observation {
+    Observation {
+        instances,
+        foreign: vec![],
+    }
 }
 
 #[test]
@@ -155,76 +171,67 @@ fn reference_and_edge_cases() {
         Case {
             name: "no limit: measured against the host's memory",
             spec: spec(1, 5, 50.0),
-            obs: Observation {
-                instances: vec![limitless(80.0), limitless(80.0)],
-            },
+            obs: observation(vec![limitless(80.0), limitless(80.0)]),
             desired: 4,
             reason: Reason::AboveThreshold,
         },
         Case {
             name: "a missing metric never scales down",
             spec: spec(1, 5, 50.0),
-            obs: Observation {
-                instances: vec![
-                    at(5.0, 1),
-                    at(5.0, 2),
-                    unmeasured(InstanceStatus::Running, 3),
-                ],
-            },
+            obs: observation(vec![
+                at(5.0, 1),
+                at(5.0, 2),
+                unmeasured(InstanceStatus::Running, 3),
+            ]),
             desired: 3,
             reason: Reason::MetricsMissing,
         },
         Case {
             name: "missing metrics count as 0 % on the way up: 30/50/70 + one unmeasured, target 30 -> 5",
             spec: spec(1, 10, 30.0),
-            obs: Observation {
-                instances: vec![
-                    at(30.0, 1),
-                    at(50.0, 2),
-                    at(70.0, 3),
-                    unmeasured(InstanceStatus::Running, 4),
-                ],
-            },
+            obs: observation(vec![
+                at(30.0, 1),
+                at(50.0, 2),
+                at(70.0, 3),
+                unmeasured(InstanceStatus::Running, 4),
+            ]),
             desired: 5,
             reason: Reason::AboveThreshold,
         },
         Case {
             name: "missing counted as 0 lands within tolerance -> keep",
             spec: spec(1, 10, 50.0),
-            obs: Observation {
-                instances: vec![at(60.0, 1), at(50.0, 2), unmeasured(InstanceStatus::Other, 3)],
-            },
+            obs: observation(vec![
+                at(60.0, 1),
+                at(50.0, 2),
+                unmeasured(InstanceStatus::Stopped, 3),
+            ]),
             desired: 3,
             reason: Reason::MetricsMissing,
         },
         Case {
             name: "every metric missing -> keep",
             spec: spec(1, 5, 50.0),
-            obs: Observation {
-                instances: vec![
-                    unmeasured(InstanceStatus::Running, 1),
-                    unmeasured(InstanceStatus::Running, 2),
-                ],
-            },
+            obs: observation(vec![
+                unmeasured(InstanceStatus::Running, 1),
+                unmeasured(InstanceStatus::Running, 2),
+            ]),
             desired: 2,
             reason: Reason::NoMetrics,
         },
         Case {
             name: "zero limit is a missing metric",
             spec: spec(1, 5, 50.0),
-            obs: Observation {
-                instances: vec![ObservedInstance {
-                    memory: Some(Memory { usage: 5, limit: 0 }),
-                    ..at(0.0, 1)
-                }],
-            },
+            obs: observation(vec![ObservedInstance {
+                memory: Some(Memory { usage: 5, limit: 0 }),
+                ..at(0.0, 1)
+            }]),
             desired: 1,
             reason: Reason::NoMetrics,
         },
     ];
     for c in cases {
-        let (h, now) = settled();
-        let plan = decide(&c.spec, &c.obs, &h, now);
+        let plan = run(&c.spec, &c.obs);
         assert_eq!(
             (plan.desired, plan.reason),
             (c.desired, c.reason),
@@ -236,11 +243,13 @@ fn reference_and_edge_cases() {
 
 #[test]
 fn utilization_is_the_mean_of_measured_instances() {
-    let (h, now) = settled();
-    let plan = decide(&spec(1, 10, 30.0), &obs(&[30.0, 50.0, 70.0]), &h, now);
+    let plan = run(&spec(1, 10, 30.0), &obs(&[30.0, 50.0, 70.0]));
     assert!((plan.utilization.unwrap() - 50.0).abs() < 1e-6);
     assert_eq!(plan.current, 3);
-    assert_eq!(plan.actions, vec![Action::Create, Action::Create]);
+    let up = Action::Create {
+        cause: Cause::ScaleUp,
+    };
+    assert_eq!(plan.actions, vec![up.clone(), up]);
 }
 
 #[test]
@@ -249,13 +258,12 @@ fn scale_down_waits_for_the_stabilization_window() {
     let t0 = Instant::now();
     let mut h = History::default();
     // Busy: 4 instances at 50 % -> keep 4.
-    let p = decide(&s, &obs(&[50.0; 4]), &h, t0);
+    let p = decide(&s, &obs(&[50.0; 4]), &mut h, t0);
     assert_eq!(p.desired, 4);
-    h.record(t0, &p, s.scale_down_stabilization);
     // Load gone: recommendation 1, held at 4 during the window.
     for secs in [15, 150, 299] {
         let now = t0 + Duration::from_secs(secs);
-        let p = decide(&s, &obs(&[5.0; 4]), &h, now);
+        let p = decide(&s, &obs(&[5.0; 4]), &mut h, now);
         assert_eq!(
             (p.desired, p.reason),
             (4, Reason::Stabilizing),
@@ -263,12 +271,12 @@ fn scale_down_waits_for_the_stabilization_window() {
         );
         assert_eq!(p.recommendation, 1);
         assert!(p.actions.is_empty());
-        h.record(now, &p, s.scale_down_stabilization);
     }
     // Once the busy recommendation has left the window, scale down to the highest left (1).
     let now = t0 + Duration::from_secs(301);
-    let p = decide(&s, &obs(&[5.0; 4]), &h, now);
+    let p = decide(&s, &obs(&[5.0; 4]), &mut h, now);
     assert_eq!((p.desired, p.reason), (1, Reason::BelowThreshold));
+    assert!(p.actions.iter().all(|a| a.cause() == Cause::ScaleDown));
 }
 
 #[test]
@@ -276,28 +284,38 @@ fn a_fresh_history_is_seeded_with_the_current_count() {
     let s = spec(1, 10, 50.0);
     let t0 = Instant::now();
     let mut h = History::default();
-    let p = decide(&s, &obs(&[1.0; 3]), &h, t0);
+    let p = decide(&s, &obs(&[1.0; 3]), &mut h, t0);
     assert_eq!((p.desired, p.reason), (3, Reason::Stabilizing));
-    h.record(t0, &p, s.scale_down_stabilization);
-    let p = decide(&s, &obs(&[1.0; 3]), &h, t0 + Duration::from_secs(10));
+    let p = decide(&s, &obs(&[1.0; 3]), &mut h, t0 + Duration::from_secs(10));
     assert_eq!(p.desired, 3, "no scale-down right after a restart");
-    let p = decide(&s, &obs(&[1.0; 3]), &h, t0 + Duration::from_secs(301));
+    let p = decide(&s, &obs(&[1.0; 3]), &mut h, t0 + Duration::from_secs(301));
     assert_eq!(p.desired, 1);
+}
+
+#[test]
+fn without_a_scale_down_window_a_fresh_history_scales_down_at_once() {
+    let s = GroupSpec {
+        scale_down_stabilization: Duration::ZERO,
+        ..spec(1, 10, 50.0)
+    };
+    let p = decide(&s, &obs(&[1.0; 3]), &mut History::default(), Instant::now());
+    assert_eq!((p.desired, p.reason), (1, Reason::BelowThreshold));
 }
 
 #[test]
 fn scale_up_is_immediate_by_default_and_can_be_stabilized() {
     let mut s = spec(1, 10, 50.0);
     let t0 = Instant::now();
-    let h = History::default();
-    assert_eq!(decide(&s, &obs(&[100.0; 2]), &h, t0).desired, 4);
+    assert_eq!(
+        decide(&s, &obs(&[100.0; 2]), &mut History::default(), t0).desired,
+        4
+    );
 
     s.scale_up_stabilization = Duration::from_secs(60);
     let mut h = History::default();
-    let p = decide(&s, &obs(&[50.0; 2]), &h, t0);
-    h.record(t0, &p, Duration::from_secs(300));
+    decide(&s, &obs(&[50.0; 2]), &mut h, t0);
     let now = t0 + Duration::from_secs(30);
-    let p = decide(&s, &obs(&[100.0; 2]), &h, now);
+    let p = decide(&s, &obs(&[100.0; 2]), &mut h, now);
     assert_eq!((p.desired, p.reason), (2, Reason::StabilizingUp));
 }
 
@@ -307,35 +325,39 @@ fn removal_takes_stopped_first_then_the_newest() {
     let mut o = obs(&[10.0, 10.0, 10.0]);
     o.instances.push(unmeasured(InstanceStatus::Stopped, 0));
     o.instances[3].name = "web-stopped".into();
-    let (h, now) = settled();
-    let p = decide(&s, &o, &h, now);
+    let p = run(&s, &o);
     assert_eq!(p.reason, Reason::AboveMax);
-    assert_eq!(
-        p.actions,
-        vec![
-            Action::Remove {
-                name: "web-stopped".into()
-            },
-            Action::Remove {
-                name: "web-2".into()
-            },
-        ]
-    );
+    let remove = |name: &str| Action::Remove {
+        name: name.into(),
+        cause: Cause::AboveMax,
+    };
+    assert_eq!(p.actions, vec![remove("web-stopped"), remove("web-2")]);
 }
 
 #[test]
 fn stopped_instances_are_started_again() {
     let s = spec(2, 5, 50.0);
-    let o = Observation {
-        instances: vec![at(50.0, 1), unmeasured(InstanceStatus::Stopped, 2)],
-    };
-    let (h, now) = settled();
-    let p = decide(&s, &o, &h, now);
+    let o = observation(vec![at(50.0, 1), unmeasured(InstanceStatus::Stopped, 2)]);
+    let p = run(&s, &o);
     assert_eq!(p.desired, 2);
     assert_eq!(
         p.actions,
         vec![Action::Start {
-            name: "web-2".into()
+            name: "web-2".into(),
+            cause: Cause::Restart,
+        }]
+    );
+}
+
+#[test]
+fn a_deleted_instance_is_replaced_without_changing_the_desired_count() {
+    let (mut h, now) = settled(3);
+    let p = decide(&spec(1, 5, 50.0), &obs(&[50.0, 50.0]), &mut h, now);
+    assert_eq!((p.current, p.desired), (2, 3));
+    assert_eq!(
+        p.actions,
+        vec![Action::Create {
+            cause: Cause::Replace
         }]
     );
 }
@@ -343,16 +365,16 @@ fn stopped_instances_are_started_again() {
 #[test]
 fn history_forgets_old_entries() {
     let t0 = Instant::now();
+    let s = GroupSpec {
+        scale_down_stabilization: Duration::from_secs(60),
+        ..spec(1, 5, 50.0)
+    };
     let mut h = History::default();
-    let p = decide(&spec(1, 5, 50.0), &obs(&[50.0]), &h, t0);
-    for s in 0..100 {
-        h.record(
-            t0 + Duration::from_secs(s * 10),
-            &p,
-            Duration::from_secs(60),
-        );
+    for k in 0..100 {
+        let p = if k % 2 == 0 { 10.0 } else { 90.0 };
+        decide(&s, &obs(&[p]), &mut h, t0 + Duration::from_secs(k * 10));
     }
-    assert!(h.entries.len() <= 8);
+    assert!(h.len() <= 10, "{}", h.len());
 }
 
 #[test]
@@ -360,21 +382,59 @@ fn step_limits_cut_metric_driven_changes_only() {
     let mut s = spec(1, 10, 50.0);
     s.max_scale_up_step = Some(2);
     s.max_scale_down_step = Some(1);
-    let (h, now) = settled();
-    // 2 at 100 % of a 50 % target -> 4, cut to 2 + 2.
-    let p = decide(&s, &obs(&[100.0, 100.0]), &h, now);
+    // 2 at 100 % of a 50 % target -> 4, within the step.
+    let (mut h, now) = settled(2);
+    let p = decide(&s, &obs(&[100.0, 100.0]), &mut h, now);
     assert_eq!((p.desired, p.step_limited), (4, false));
-    let p = decide(&s, &obs(&[100.0; 3]), &h, now);
+    // 3 at 100 % -> 6, cut to 3 + 2.
+    let (mut h, now) = settled(3);
+    let p = decide(&s, &obs(&[100.0; 3]), &mut h, now);
     assert_eq!((p.desired, p.recommendation, p.step_limited), (5, 6, true));
     // 6 nearly idle -> 1, cut to 6 - 1.
-    let p = decide(&s, &obs(&[1.0; 6]), &h, now);
+    let s0 = GroupSpec {
+        scale_down_stabilization: Duration::ZERO,
+        ..s.clone()
+    };
+    let (mut h, now) = settled(6);
+    let p = decide(&s0, &obs(&[1.0; 6]), &mut h, now);
     assert_eq!((p.desired, p.step_limited), (5, true));
     assert_eq!(p.actions.len(), 1);
     // Bounds are restored in one pass whatever the limits.
-    let p = decide(&spec_with_steps(3, 10), &Observation::default(), &h, now);
+    let (mut h, now) = settled(0);
+    let p = decide(
+        &spec_with_steps(3, 10),
+        &Observation::default(),
+        &mut h,
+        now,
+    );
     assert_eq!((p.desired, p.step_limited), (3, false));
-    let p = decide(&spec_with_steps(1, 2), &obs(&[1.0; 6]), &h, now);
+    let (mut h, now) = settled(6);
+    let p = decide(&spec_with_steps(1, 2), &obs(&[1.0; 6]), &mut h, now);
     assert_eq!((p.desired, p.step_limited), (2, false));
+}
+
+#[test]
+fn step_limits_hold_per_interval_however_many_passes_run() {
+    let s = GroupSpec {
+        max_scale_down_step: Some(1),
+        scale_down_stabilization: Duration::ZERO,
+        interval: Duration::from_secs(8),
+        ..spec(1, 10, 50.0)
+    };
+    let (mut h, t0) = settled(4);
+    let mut o = obs(&[1.0; 4]);
+    let p = decide(&s, &o, &mut h, t0);
+    assert_eq!(p.desired, 3);
+    o.instances.pop();
+    // Events wake the group three more times within the same 8 s: no further removal.
+    for secs in [1, 2, 7] {
+        let p = decide(&s, &o, &mut h, t0 + Duration::from_secs(secs));
+        assert_eq!((p.desired, p.step_limited), (3, true), "at {secs}s");
+        assert!(p.actions.is_empty());
+    }
+    // One interval later, the next one.
+    let p = decide(&s, &o, &mut h, t0 + Duration::from_secs(8));
+    assert_eq!(p.desired, 2);
 }
 
 fn spec_with_steps(min: u32, max: u32) -> GroupSpec {

@@ -12,14 +12,18 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{CreateInstance, Incus, IncusError, Instance, StateChange};
+use super::{CreateInstance, Incus, IncusError, Instance, StateChange, Unreachable};
 use crate::model::Memory;
 
 /// Default socket of a Debian Incus install.
 pub const DEFAULT_SOCKET: &str = "/var/lib/incus/unix.socket";
 
-/// Longest a single request may take (operations get their own, longer budget).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a single request may take (operations get their own, longer budget), unless the
+/// environment variable [`TIMEOUT_ENV`] says otherwise.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Environment variable that overrides [`REQUEST_TIMEOUT`] (a duration such as `2s`); meant for
+/// tests that inject slow answers.
+pub const TIMEOUT_ENV: &str = "INCUS_HPA_REQUEST_TIMEOUT";
 /// Longest an operation (create+start, stop, delete) is waited for.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -27,6 +31,7 @@ const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct UnixClient {
     http: reqwest::Client,
     socket: String,
+    timeout: Duration,
     requests: AtomicU64,
 }
 
@@ -46,18 +51,21 @@ struct Envelope {
 impl UnixClient {
     /// A client for the socket at `socket` (not contacted until the first call).
     pub fn new(socket: &str) -> Result<Self, IncusError> {
+        let timeout = std::env::var(TIMEOUT_ENV)
+            .ok()
+            .and_then(|t| humantime::parse_duration(&t).ok())
+            .filter(|t| !t.is_zero())
+            .unwrap_or(REQUEST_TIMEOUT);
         let http = reqwest::Client::builder()
             .unix_socket(socket)
-            .timeout(REQUEST_TIMEOUT)
-            .connect_timeout(Duration::from_secs(5))
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(5).min(timeout))
             .build()
-            .map_err(|source| IncusError::Transport {
-                socket: socket.to_owned(),
-                source,
-            })?;
+            .map_err(|e| IncusError::Transport(Unreachable::from_error(socket, &e, timeout)))?;
         Ok(Self {
             http,
             socket: socket.to_owned(),
+            timeout,
             requests: AtomicU64::new(0),
         })
     }
@@ -84,9 +92,8 @@ impl UnixClient {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let transport = |source| IncusError::Transport {
-            socket: self.socket.clone(),
-            source,
+        let transport = |e: reqwest::Error| {
+            IncusError::Transport(Unreachable::from_error(&self.socket, &e, timeout))
         };
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
@@ -111,7 +118,7 @@ impl UnixClient {
 
     async fn get_json<T: DeserializeOwned>(&self, path: &str, what: &str) -> Result<T, IncusError> {
         let (_, env) = self
-            .send(Method::GET, path, None, REQUEST_TIMEOUT, what)
+            .send(Method::GET, path, None, self.timeout, what)
             .await?;
         serde_json::from_value(env.metadata).map_err(|e| IncusError::Decode {
             what: what.to_owned(),
@@ -127,7 +134,7 @@ impl UnixClient {
         body: Option<&Value>,
         what: &str,
     ) -> Result<(), IncusError> {
-        let (_, env) = self.send(method, path, body, REQUEST_TIMEOUT, what).await?;
+        let (_, env) = self.send(method, path, body, self.timeout, what).await?;
         if env.kind != "async" || env.operation.is_empty() {
             return Ok(());
         }

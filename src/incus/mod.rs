@@ -3,6 +3,7 @@
 //! [`client`]; tests use an in-memory fake behind the same trait.
 
 pub mod client;
+mod unreachable;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,17 +12,14 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{InstanceStatus, Memory};
+pub use unreachable::{Problem, Unreachable};
 
 /// What went wrong talking to Incus, one variant per layer.
 #[derive(Debug, thiserror::Error)]
 pub enum IncusError {
-    /// The socket could not be reached, or the request timed out.
-    #[error("cannot reach Incus at {socket}: {source}")]
-    Transport {
-        socket: String,
-        #[source]
-        source: reqwest::Error,
-    },
+    /// The socket could not be reached, or Incus did not answer in time: says why and what to do.
+    #[error("{0}")]
+    Transport(Unreachable),
     /// Incus answered with an error status.
     #[error("Incus refused {what}: {message} (HTTP {status})")]
     Api {
@@ -42,6 +40,11 @@ impl IncusError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, IncusError::Api { status: 404, .. })
     }
+
+    /// True when Incus could not be reached at all (as opposed to answering with an error).
+    pub fn is_transport(&self) -> bool {
+        matches!(self, IncusError::Transport(_))
+    }
 }
 
 /// An instance as listed (`GET /1.0/instances?recursion=1`).
@@ -54,28 +57,50 @@ pub struct Instance {
     pub config: HashMap<String, String>,
     #[serde(default)]
     pub created_at: String,
+    /// When it was last started.
+    #[serde(default)]
+    pub last_used_at: String,
     #[serde(default)]
     pub project: String,
 }
 
 impl Instance {
-    /// The scaling-relevant status.
+    /// The status as the daemon reasons about it. Incus 6.0 reports `Ready` for a running
+    /// instance whose workload signalled readiness through `/dev/incus`.
     pub fn status(&self) -> InstanceStatus {
         match self.status.as_str() {
             "Running" => InstanceStatus::Running,
+            "Ready" => InstanceStatus::Ready,
             "Stopped" => InstanceStatus::Stopped,
-            _ => InstanceStatus::Other,
+            "Frozen" => InstanceStatus::Frozen,
+            "Error" => InstanceStatus::Error,
+            _ => InstanceStatus::Transition,
         }
     }
 
     /// Creation time in nanoseconds since the Unix epoch (0 when unreadable).
     pub fn created_nanos(&self) -> i64 {
-        humantime::parse_rfc3339_weak(self.created_at.trim_end_matches('Z'))
-            .ok()
+        rfc3339(&self.created_at)
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .and_then(|d| i64::try_from(d.as_nanos()).ok())
             .unwrap_or(0)
     }
+
+    /// How long before `now` it was last started; `None` when unknown (never started, or a
+    /// clock that went backwards).
+    pub fn since_start(&self, now: std::time::SystemTime) -> Option<Duration> {
+        let started = rfc3339(&self.last_used_at)?;
+        // Incus writes 1970-01-01 for an instance never started.
+        if started <= std::time::UNIX_EPOCH {
+            return None;
+        }
+        now.duration_since(started).ok()
+    }
+}
+
+/// An RFC 3339 time as Incus writes it (UTC, `Z`, up to nanoseconds).
+fn rfc3339(s: &str) -> Option<std::time::SystemTime> {
+    humantime::parse_rfc3339_weak(s.trim_end_matches('Z')).ok()
 }
 
 /// The body of `POST /1.0/instances`.
@@ -160,6 +185,7 @@ mod tests {
             status: "Running".into(),
             config: HashMap::new(),
             created_at: created_at.into(),
+            last_used_at: String::new(),
             project: "default".into(),
         }
     }
@@ -174,6 +200,35 @@ mod tests {
             1_796_014_612_000_000_000
         );
         assert_eq!(at("garbage").created_nanos(), 0);
+    }
+
+    #[test]
+    fn ready_is_a_status_of_its_own_and_unknown_ones_are_transitions() {
+        let with = |s: &str| Instance {
+            status: s.into(),
+            ..at("")
+        };
+        assert_eq!(with("Ready").status(), InstanceStatus::Ready);
+        assert!(with("Ready").status().is_healthy());
+        assert_eq!(with("Frozen").status(), InstanceStatus::Frozen);
+        assert_eq!(with("Starting").status(), InstanceStatus::Transition);
+        assert_eq!(with("").status(), InstanceStatus::Transition);
+    }
+
+    #[test]
+    fn time_since_the_last_start() {
+        let i = Instance {
+            last_used_at: "2026-11-30T04:56:52.5Z".into(),
+            ..at("")
+        };
+        let now = rfc3339("2026-11-30T04:57:00Z").unwrap();
+        assert_eq!(i.since_start(now), Some(Duration::from_millis(7500)));
+        let never = Instance {
+            last_used_at: "1970-01-01T00:00:00Z".into(),
+            ..at("")
+        };
+        assert_eq!(never.since_start(now), None);
+        assert_eq!(at("").since_start(now), None);
     }
 
     #[test]

@@ -118,5 +118,12 @@ fn run_refuses_a_file_others_can_write() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("writable by others"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{} is writable by its group and others: refusing it",
+            file.display()
+        )),
+        "{err}"
+    );
 }

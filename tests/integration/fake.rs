@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use incus_hpa::incus::{CreateInstance, Incus, IncusError, Instance, StateChange};
 use incus_hpa::memory::MemorySource;
-use incus_hpa::model::{Memory, GROUP_KEY};
+use incus_hpa::model::{Memory, GROUP_KEY, OWNER_KEY, UUID_KEY};
 
 /// How long a creation takes in the fake.
 pub const CREATE_TIME: std::time::Duration = std::time::Duration::from_millis(200);
@@ -15,6 +15,8 @@ pub const CREATE_TIME: std::time::Duration = std::time::Duration::from_millis(20
 pub const FAILS_TO_START: &str = "broken";
 /// Images that do not exist: creation fails inside the operation, nothing is left.
 pub const MISSING_IMAGE: &str = "missing";
+/// Images whose workload dies right after every start: the instance starts, then stops.
+pub const CRASHES: &str = "crashy";
 
 #[derive(Debug, Clone)]
 pub struct FakeInstance {
@@ -22,6 +24,9 @@ pub struct FakeInstance {
     pub status: String,
     pub config: HashMap<String, String>,
     pub created: u64,
+    /// When it was last started (real time: the daemon compares it with the real clock).
+    pub last_start: Option<std::time::SystemTime>,
+    pub image: String,
     pub memory: Option<Memory>,
 }
 
@@ -31,6 +36,12 @@ struct State {
     clock: u64,
     calls: BTreeMap<&'static str, u64>,
     down: bool,
+    /// Starts fail (a bridge or pool that is not there yet).
+    starts_fail: bool,
+    /// The socket cannot be reached at all (incusd stopped).
+    unreachable: bool,
+    /// The next creation meets a person's instance of the same name ("already exists").
+    collide: bool,
 }
 
 /// The fake server. Memory readings are set per instance; new instances read `default_memory`.
@@ -56,7 +67,12 @@ impl FakeIncus {
     fn call(&self, name: &'static str) -> Result<(), IncusError> {
         self.with(|s| {
             *s.calls.entry(name).or_default() += 1;
-            if s.down {
+            if s.unreachable {
+                Err(IncusError::Transport(incus_hpa::incus::Unreachable {
+                    socket: "/fake.socket".into(),
+                    problem: incus_hpa::incus::Problem::Refused,
+                }))
+            } else if s.down {
                 Err(api(503, "incusd is down"))
             } else {
                 Ok(())
@@ -79,10 +95,75 @@ impl FakeIncus {
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
                     created,
+                    last_start: None,
+                    image: "busybox".into(),
                     memory: None,
                 },
             );
         });
+    }
+
+    /// Adds an instance as the daemon would have created it for `group` (left by a crash of
+    /// the daemon, a reboot…).
+    pub fn add_owned(&self, group: &str, name: &str, status: &str) {
+        let uuid = incus_hpa::act::new_uuid();
+        let owner = incus_hpa::decide::owner_value("default", name, &uuid);
+        self.add(
+            name,
+            status,
+            &[(GROUP_KEY, group), (OWNER_KEY, &owner), (UUID_KEY, &uuid)],
+        );
+    }
+
+    /// `incus copy FROM TO`: every config key but a new uuid; stopped.
+    pub fn copy(&self, from: &str, to: &str) {
+        self.with(|s| {
+            let mut i = s.instances[from].clone();
+            i.config.insert(UUID_KEY.into(), incus_hpa::act::new_uuid());
+            i.status = "Stopped".into();
+            s.clock += 1;
+            i.created = s.clock;
+            s.instances.insert(to.into(), i);
+        });
+    }
+
+    /// `incus rename FROM TO`.
+    pub fn rename(&self, from: &str, to: &str) {
+        self.with(|s| {
+            let i = s.instances.remove(from).unwrap();
+            s.instances.insert(to.into(), i);
+        });
+    }
+
+    /// Sets an instance's status behind the daemon's back (`incus pause`, a crash…).
+    pub fn set_status(&self, name: &str, status: &str) {
+        self.with(|s| s.instances.get_mut(name).unwrap().status = status.into());
+    }
+
+    /// Sets or removes a config key behind the daemon's back (`incus config set/unset`).
+    pub fn set_config(&self, name: &str, key: &str, value: Option<&str>) {
+        self.with(|s| {
+            let c = &mut s.instances.get_mut(name).unwrap().config;
+            match value {
+                Some(v) => c.insert(key.into(), v.into()),
+                None => c.remove(key),
+            }
+        });
+    }
+
+    /// Makes the socket unreachable (true) or reachable again (false).
+    pub fn set_unreachable(&self, unreachable: bool) {
+        self.with(|s| s.unreachable = unreachable);
+    }
+
+    /// Makes the next creation meet an instance of the same name that a person made.
+    pub fn collide_next_create(&self) {
+        self.with(|s| s.collide = true);
+    }
+
+    /// Makes every start fail (true) or work again (false).
+    pub fn set_starts_fail(&self, fail: bool) {
+        self.with(|s| s.starts_fail = fail);
     }
 
     /// Deletes an instance behind the daemon's back.
@@ -195,6 +276,29 @@ impl Incus for FakeIncus {
         }
         let memory = *self.default_memory.lock().unwrap();
         self.with(|s| {
+            if std::mem::take(&mut s.collide) {
+                // A person made an instance by that name, with the group's key even.
+                s.clock += 1;
+                let mut theirs = s
+                    .instances
+                    .values()
+                    .next()
+                    .cloned()
+                    .unwrap_or(FakeInstance {
+                        project: project.into(),
+                        status: "Running".into(),
+                        config: HashMap::new(),
+                        created: 0,
+                        last_start: None,
+                        image: "busybox".into(),
+                        memory: None,
+                    });
+                theirs
+                    .config
+                    .insert(UUID_KEY.into(), incus_hpa::act::new_uuid());
+                theirs.created = s.clock;
+                s.instances.insert(req.name.clone(), theirs);
+            }
             if s.instances.contains_key(&req.name) {
                 return Err(IncusError::Operation {
                     what: "create".into(),
@@ -202,12 +306,13 @@ impl Incus for FakeIncus {
                 });
             }
             s.clock += 1;
-            let ok = image != FAILS_TO_START;
+            let ok = image != FAILS_TO_START && !s.starts_fail;
+            let stays_up = ok && image != CRASHES;
             s.instances.insert(
                 req.name.clone(),
                 FakeInstance {
                     project: project.into(),
-                    status: if ok && req.start {
+                    status: if stays_up && req.start {
                         "Running"
                     } else {
                         "Stopped"
@@ -215,6 +320,8 @@ impl Incus for FakeIncus {
                     .into(),
                     config: req.config.clone(),
                     created: s.clock,
+                    last_start: (ok && req.start).then(std::time::SystemTime::now),
+                    image: image.clone(),
                     memory: if ok { memory } else { None },
                 },
             );
@@ -237,15 +344,29 @@ impl Incus for FakeIncus {
     ) -> Result<(), IncusError> {
         self.call("change_state")?;
         self.with(|s| {
+            let fail = s.starts_fail;
             let i = s
                 .instances
                 .get_mut(name)
                 .ok_or_else(|| api(404, "not found"))?;
-            i.status = match change {
-                StateChange::Start => "Running",
-                StateChange::Stop { .. } => "Stopped",
+            match change {
+                StateChange::Start if fail => {
+                    return Err(IncusError::Operation {
+                        what: "start".into(),
+                        message: "Failed to start device \"eth0\": no such bridge".into(),
+                    })
+                }
+                StateChange::Start => {
+                    i.last_start = Some(std::time::SystemTime::now());
+                    i.status = if i.image == CRASHES {
+                        "Stopped"
+                    } else {
+                        "Running"
+                    }
+                    .into();
+                }
+                StateChange::Stop { .. } => i.status = "Stopped".into(),
             }
-            .into();
             Ok(())
         })
     }
@@ -287,6 +408,10 @@ fn to_api(name: &str, i: &FakeInstance) -> Instance {
         status: i.status.clone(),
         config: i.config.clone(),
         created_at: humantime::format_rfc3339_nanos(created).to_string(),
+        last_used_at: i.last_start.map_or_else(
+            || "1970-01-01T00:00:00Z".to_owned(),
+            |t| humantime::format_rfc3339_nanos(t).to_string(),
+        ),
         project: i.project.clone(),
     }
 }

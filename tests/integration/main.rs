@@ -3,7 +3,11 @@
 
 mod cli;
 mod fake;
+mod lab;
 mod real_incus;
+mod real_trust;
 mod reconcile;
+mod setup_script;
+mod trust;
 mod util;
 mod watch;

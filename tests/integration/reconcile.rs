@@ -204,9 +204,10 @@ async fn waiting_for_incus_remembers_a_reload_and_honours_a_shutdown() {
     use incus_hpa::reconciler::Context;
 
     let fake = Arc::new(FakeIncus::default());
+    let memory = fake.clone();
     let ctx = Context {
         incus: fake.clone(),
-        memory: fake.clone(),
+        memory: std::sync::Arc::new(move |_| memory.clone()),
         stop: Default::default(),
     };
     fake.set_down(true);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use incus_hpa::config;
 use incus_hpa::daemon::{run_loop, Event};
-use incus_hpa::model::DesiredState;
+use incus_hpa::model::{DesiredState, MemorySourceKind};
 use incus_hpa::reconciler::Context;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
@@ -19,6 +19,8 @@ use crate::fake::FakeIncus;
 /// A running daemon loop over a fake Incus, reading its desired state from a temp file.
 pub struct Harness {
     pub fake: Arc<FakeIncus>,
+    /// The memory sources the loop asked for, in order.
+    pub sources: Arc<std::sync::Mutex<Vec<MemorySourceKind>>>,
     pub events: UnboundedSender<Event>,
     pub task: JoinHandle<DesiredState>,
     pub file: PathBuf,
@@ -33,9 +35,15 @@ impl Harness {
         std::fs::write(&file, toml).unwrap();
         let loaded = config::load(&file).unwrap_or_else(|e| panic!("{:#?}", e.diagnostics));
         let stop = Arc::new(AtomicBool::new(false));
+        let memory = fake.clone();
+        let sources = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let asked = sources.clone();
         let ctx = Context {
             incus: fake.clone(),
-            memory: fake.clone(),
+            memory: Arc::new(move |kind| {
+                asked.lock().unwrap().push(kind);
+                memory.clone()
+            }),
             stop,
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -48,6 +56,7 @@ impl Harness {
         ));
         Self {
             fake,
+            sources,
             events: tx,
             task,
             file,

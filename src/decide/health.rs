@@ -1,0 +1,238 @@
+//! Health: what each of the group's instances is worth now, and what it needs.
+//!
+//! - **Healthy** (Running or Ready): capacity, measured.
+//! - **Stopped**: repaired in place, and counted as capacity meanwhile (a replacement would meet
+//!   whatever stopped it): started again at once, unless it is crash-looping or its start
+//!   failed, in which case it waits for its backoff. A stop less than [`CRASH_WINDOW`] after its
+//!   start is a crash; the first is restarted at once, the next ones after `restart_backoff`,
+//!   doubling up to [`RESTART_BACKOFF_MAX`]; the [`CRASH_LIMIT`]th crash in a row replaces it. A
+//!   failed start is retried with the same backoff and never removes the instance.
+//! - **Unhealthy** (in Error at once; Frozen or in a transition once it has stayed so for
+//!   [`UNHEALTHY_CONFIRM`], since `incus copy` freezes its source for a moment): not capacity, so
+//!   a replacement is created (the group may surge above `max` by its unhealthy instances);
+//!   removed once it has been unhealthy for `unhealthy_grace`. Until it is confirmed it still
+//!   counts, unmeasured (so no scale-down), and is never chosen for removal.
+//!
+//! What is remembered per instance ([`Tracked`]) lives in the group's `History`: losing it (a
+//! restart of the daemon) only restarts the counts.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::model::{Cause, GroupSpec, InstanceStatus, Note, ObservedInstance, RESTART_BACKOFF_MAX};
+
+/// A stop this soon after the instance's start is a crash.
+pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
+/// Running this long forgives earlier crashes.
+pub const CRASH_RESET: Duration = Duration::from_secs(600);
+/// The crash, in a row, that makes the instance be replaced instead of restarted.
+pub const CRASH_LIMIT: u32 = 5;
+/// How long an instance must stay frozen or in a transition before it counts as unhealthy.
+pub const UNHEALTHY_CONFIRM: Duration = Duration::from_secs(5);
+
+/// What the daemon remembers about one instance between passes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Tracked {
+    /// Seen healthy (or started by the daemon) since its last stop was accounted for.
+    ran: bool,
+    /// Crashes in a row.
+    crashes: u32,
+    /// Failed starts in a row.
+    start_failures: u32,
+    /// No start before this.
+    retry_at: Option<Instant>,
+    /// First seen unhealthy (frozen, in error, in a transition).
+    unhealthy_since: Option<Instant>,
+    /// Its being unhealthy was reported.
+    reported: bool,
+}
+
+/// What one instance is worth in this pass.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Class {
+    Healthy,
+    /// Stopped: started in this pass, for this cause.
+    StartNow(Cause),
+    /// Stopped: started once its backoff has passed.
+    Waiting {
+        until: Instant,
+        start_failed: bool,
+    },
+    /// Crashed [`CRASH_LIMIT`] times in a row: removed and replaced.
+    Retire,
+    /// Frozen or in a transition for less than [`UNHEALTHY_CONFIRM`]: still counted, never
+    /// removed, looked at again when it would be confirmed.
+    Suspect {
+        since: Instant,
+    },
+    /// Not capacity; removed once the grace period has passed.
+    Unhealthy {
+        since: Instant,
+    },
+    /// Unhealthy past the grace period: removed.
+    Expired,
+}
+
+impl Class {
+    /// Counts as capacity (serves, or is being brought back in place).
+    pub(super) fn is_capacity(self) -> bool {
+        matches!(
+            self,
+            Class::Healthy | Class::StartNow(_) | Class::Waiting { .. } | Class::Suspect { .. }
+        )
+    }
+
+    /// Never chosen to shrink the group: a failed start is not a reason to lose an instance,
+    /// and an instance frozen for a moment may be the source of someone's `incus copy`.
+    pub(super) fn keep(self) -> bool {
+        matches!(
+            self,
+            Class::StartNow(Cause::StartRetry)
+                | Class::Waiting {
+                    start_failed: true,
+                    ..
+                }
+                | Class::Suspect { .. }
+        )
+    }
+}
+
+/// The delay before restarting an instance after its `crashes`-th crash in a row: none after
+/// the first, then `base`, doubling, capped.
+pub(super) fn restart_delay(base: Duration, crashes: u32) -> Duration {
+    if crashes <= 1 {
+        return Duration::ZERO;
+    }
+    doubled(base, crashes - 2)
+}
+
+/// The delay before retrying a start after `failures` failed starts in a row.
+pub(super) fn retry_delay(base: Duration, failures: u32) -> Duration {
+    doubled(base, failures.saturating_sub(1))
+}
+
+fn doubled(base: Duration, times: u32) -> Duration {
+    let factor = 1u32.checked_shl(times.min(20)).unwrap_or(u32::MAX);
+    base.checked_mul(factor)
+        .unwrap_or(RESTART_BACKOFF_MAX)
+        .min(RESTART_BACKOFF_MAX)
+}
+
+/// An instance in `status` since `since` counts as unhealthy: in Error at once, frozen or in a
+/// transition after [`UNHEALTHY_CONFIRM`].
+fn confirmed(status: InstanceStatus, since: Instant, now: Instant) -> bool {
+    status == InstanceStatus::Error || now.saturating_duration_since(since) >= UNHEALTHY_CONFIRM
+}
+
+impl Tracked {
+    /// Takes in one observation of the instance; returns a note when something new happened.
+    pub(super) fn observe(
+        &mut self,
+        spec: &GroupSpec,
+        inst: &ObservedInstance,
+        now: Instant,
+    ) -> Option<Note> {
+        match inst.status {
+            s if s.is_healthy() => {
+                self.ran = true;
+                self.unhealthy_since = None;
+                self.reported = false;
+                self.start_failures = 0;
+                self.retry_at = None;
+                if inst.since_start.is_some_and(|d| d >= CRASH_RESET) {
+                    self.crashes = 0;
+                }
+                None
+            }
+            InstanceStatus::Stopped => {
+                self.unhealthy_since = None;
+                self.reported = false;
+                if !std::mem::take(&mut self.ran) {
+                    // This stop was accounted for already (or it was never seen running).
+                    return None;
+                }
+                let Some(ran) = inst.since_start.filter(|d| *d < CRASH_WINDOW) else {
+                    // It ran long enough: a plain stop, which forgives earlier crashes.
+                    self.crashes = 0;
+                    self.retry_at = None;
+                    return None;
+                };
+                self.crashes = self.crashes.saturating_add(1);
+                let delay = restart_delay(spec.restart_backoff, self.crashes);
+                self.retry_at = Some(now.checked_add(delay).unwrap_or(now));
+                Some(Note::CrashLoop {
+                    instance: inst.name.clone(),
+                    crashes: self.crashes,
+                    ran,
+                    restart_in: (self.crashes < CRASH_LIMIT).then_some(delay),
+                })
+            }
+            status => {
+                let since = *self.unhealthy_since.get_or_insert(now);
+                if self.reported || !confirmed(status, since, now) {
+                    return None;
+                }
+                self.reported = true;
+                let gone = now.saturating_duration_since(since);
+                Some(Note::Unhealthy {
+                    instance: inst.name.clone(),
+                    status,
+                    grace: spec.unhealthy_grace.saturating_sub(gone),
+                })
+            }
+        }
+    }
+
+    /// What the instance is worth now (after [`Tracked::observe`]).
+    pub(super) fn class(&self, spec: &GroupSpec, inst: &ObservedInstance, now: Instant) -> Class {
+        match inst.status {
+            s if s.is_healthy() => Class::Healthy,
+            InstanceStatus::Stopped => {
+                if self.crashes >= CRASH_LIMIT {
+                    Class::Retire
+                } else if let Some(until) = self.retry_at.filter(|t| *t > now) {
+                    Class::Waiting {
+                        until,
+                        start_failed: self.start_failures > 0,
+                    }
+                } else if self.crashes > 0 {
+                    Class::StartNow(Cause::CrashLoop)
+                } else if self.start_failures > 0 {
+                    Class::StartNow(Cause::StartRetry)
+                } else {
+                    Class::StartNow(Cause::Restart)
+                }
+            }
+            status => {
+                let since = self.unhealthy_since.unwrap_or(now);
+                if now.saturating_duration_since(since) >= spec.unhealthy_grace {
+                    Class::Expired
+                } else if confirmed(status, since, now) {
+                    Class::Unhealthy { since }
+                } else {
+                    Class::Suspect { since }
+                }
+            }
+        }
+    }
+
+    /// The daemon created the instance (it was started in the same request).
+    pub(super) fn created(&mut self) {
+        self.ran = true;
+    }
+
+    /// The daemon tried to start the instance.
+    pub(super) fn started(&mut self, spec: &GroupSpec, ok: bool, now: Instant) {
+        if ok {
+            self.ran = true;
+            self.start_failures = 0;
+            self.retry_at = None;
+        } else {
+            self.ran = false;
+            self.start_failures = self.start_failures.saturating_add(1);
+            let delay = retry_delay(spec.restart_backoff, self.start_failures);
+            self.retry_at = Some(now.checked_add(delay).unwrap_or(now));
+        }
+    }
+}

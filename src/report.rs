@@ -1,0 +1,228 @@
+//! What the daemon tells people: one journal entry per decision, per finding about an instance
+//! (crash loop, unhealthy, foreign) with its journald fields, and the `STATUS=` line.
+
+use std::time::Duration;
+
+use crate::model::{Foreign, GroupSpec, Note, Plan, Reason, GROUP_KEY, OWNER_KEY};
+use crate::reconciler::Summary;
+
+/// Longest `STATUS=` line: systemd reads a notification in one datagram of at most 4096 bytes,
+/// so the line stays well below that whatever the number of groups.
+pub const STATUS_MAX: usize = 1024;
+
+/// Utilization for people: `45.3%`, or `unknown`.
+pub fn fmt_util(u: Option<f64>) -> String {
+    u.map_or_else(|| "unknown".into(), |u| format!("{u:.1}%"))
+}
+
+fn human(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+/// One line per decision: at info level when it acts or differs from the previous one, at
+/// debug level when it repeats itself (`RUST_LOG=incus_hpa=debug` shows every tick).
+pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool) {
+    let util = fmt_util(plan.utilization);
+    let util_field = plan
+        .utilization
+        .map_or_else(|| "unknown".into(), |u| format!("{u:.1}"));
+    let target = spec.memory_threshold;
+    let (c, p, d) = (plan.current, plan.previous, plan.desired);
+    let msg = match plan.reason {
+        Reason::BelowMin => format!("{p} desired, below min {}: scaling to {d}", spec.min),
+        Reason::AboveMax => format!("{p} desired, above max {}: scaling to {d}", spec.max),
+        Reason::AboveThreshold if d > p => format!("memory {util} above target {target}%: scaling up from {p} to {d}"),
+        Reason::AboveThreshold => format!("memory {util} above target {target}%: keeping {d} (max {})", spec.max),
+        Reason::BelowThreshold if d < p => format!("memory {util} below target {target}%: scaling down from {p} to {d}"),
+        Reason::BelowThreshold => format!("memory {util} below target {target}%: keeping {d} (min {})", spec.min),
+        Reason::Stabilizing => format!("memory {util} below target {target}%: keeping {d} during the scale-down stabilization window"),
+        Reason::StabilizingUp => format!("memory {util} above target {target}%: keeping {d} during the scale-up stabilization window"),
+        Reason::MetricsMissing => format!("memory {util}, but some instances have no reading: keeping {d}"),
+        Reason::NoMetrics => format!("no memory reading: keeping {d}"),
+        Reason::WithinTolerance => format!("memory {util} near target {target}%: keeping {d}"),
+    };
+    let mut msg = if plan.step_limited {
+        format!("{msg} (step limit; {} recommended)", plan.recommendation)
+    } else {
+        msg
+    };
+    let mut extra = Vec::new();
+    if c != d {
+        extra.push(format!("{c} in service"));
+    }
+    if plan.unhealthy > 0 {
+        extra.push(format!("{} unhealthy", plan.unhealthy));
+    }
+    if !extra.is_empty() {
+        msg = format!("{msg}; {}", extra.join(", "));
+    }
+    let g = spec.name.as_str();
+    let reason = plan.reason.as_str();
+    let unhealthy = plan.unhealthy;
+    if !notable {
+        tracing::debug!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, "{g}: {msg}");
+    } else {
+        tracing::info!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, "{g}: {msg}");
+    }
+}
+
+/// One entry for something `decide` noticed about an instance.
+pub fn note(spec: &GroupSpec, note: &Note) {
+    let g = spec.name.as_str();
+    match note {
+        Note::CrashLoop {
+            instance,
+            crashes,
+            ran,
+            restart_in,
+        } => {
+            let then = match restart_in {
+                Some(d) if d.is_zero() => "restarting it now".to_owned(),
+                Some(d) => format!("restarting it in {}", human(*d)),
+                None => "replacing it".to_owned(),
+            };
+            tracing::warn!(group = g, instance = %instance, reason = "crash-loop", crashes,
+                "{instance} stopped {} after it was started (crash {crashes} in a row): {then}",
+                human(*ran));
+        }
+        Note::Unhealthy {
+            instance,
+            status,
+            grace,
+        } => tracing::warn!(group = g, instance = %instance, reason = "unhealthy",
+            status = %status,
+            "{instance} is {status}: it no longer counts as capacity and is replaced now; \
+             removed if it is still {status} in {}", human(*grace)),
+    }
+}
+
+/// One entry (per daemon run) for an instance that carries the group's key but is not the
+/// group's own, with the commands that settle it.
+pub fn foreign(spec: &GroupSpec, f: &Foreign) {
+    let g = spec.name.as_str();
+    let project = if spec.project == "default" {
+        String::new()
+    } else {
+        format!(" --project {}", spec.project)
+    };
+    let name = &f.name;
+    tracing::warn!(group = g, instance = %name, reason = "foreign",
+        "{name} carries {GROUP_KEY}={g} but incus-hpa did not create it for {g} ({}): it is \
+         left alone. To add it to the group: incus config set{project} {name} {OWNER_KEY}={}; \
+         to take it out: incus config unset{project} {name} {GROUP_KEY}",
+        f.why, f.adopt);
+}
+
+/// The `STATUS=` line: `web 3/3 mem 45.0% (target 70%); db …`, failing groups first, cut to
+/// [`STATUS_MAX`] bytes with a count of the groups left out.
+pub fn status_line<'a>(
+    groups: impl Iterator<Item = (&'a GroupSpec, Option<&'a Summary>)>,
+) -> String {
+    let mut parts: Vec<(bool, String)> = groups
+        .map(|(spec, last)| {
+            let name = &spec.name;
+            match last {
+                None => (false, format!("{name}: pending")),
+                Some(s) => {
+                    let mut line = format!(
+                        "{name} {}/{} mem {} (target {}%)",
+                        s.current,
+                        s.desired,
+                        fmt_util(s.utilization),
+                        spec.memory_threshold
+                    );
+                    if s.unhealthy > 0 {
+                        line.push_str(&format!(" +{} unhealthy", s.unhealthy));
+                    }
+                    if let Some(e) = &s.error {
+                        line.push_str(&format!(" ERROR {e}"));
+                    }
+                    (s.error.is_some(), line)
+                }
+            }
+        })
+        .collect();
+    if parts.is_empty() {
+        return "no groups configured: nothing to manage".into();
+    }
+    let failing = parts.iter().filter(|(f, _)| *f).count();
+    parts.sort_by_key(|(f, _)| !*f);
+    let total = parts.len();
+    let mut line = String::new();
+    for (shown, (_, part)) in parts.iter().enumerate() {
+        let rest = total - shown;
+        let tail = format!("; … {rest} more group(s), {failing} failing in all");
+        let sep = if line.is_empty() { "" } else { "; " };
+        if line.len() + sep.len() + part.len() + tail.len() > STATUS_MAX {
+            if line.is_empty() {
+                // Even the first part is too long: cut it on a character boundary.
+                let mut cut = STATUS_MAX.saturating_sub(tail.len() + '…'.len_utf8());
+                while !part.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                line.push_str(&part[..cut]);
+                line.push('…');
+                line.push_str(&format!(
+                    "; … {} more group(s), {failing} failing in all",
+                    rest - 1
+                ));
+            } else {
+                line.push_str(&tail);
+            }
+            return line;
+        }
+        line.push_str(sep);
+        line.push_str(part);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GroupName;
+
+    fn spec(name: &str) -> GroupSpec {
+        let toml = format!("[groups.{name}]\nmax = 2\nmemory_threshold = 50\nimage = \"b\"\n");
+        crate::config::parse(std::path::Path::new("t"), &toml)
+            .unwrap()
+            .state
+            .groups
+            .remove(&GroupName::parse(name).unwrap())
+            .unwrap()
+    }
+
+    #[test]
+    fn the_status_line_stays_short_however_many_groups_fail() {
+        let specs: Vec<GroupSpec> = (0..500).map(|i| spec(&format!("group-{i}"))).collect();
+        let failing = Summary {
+            current: 1,
+            desired: 2,
+            unhealthy: 0,
+            utilization: Some(50.0),
+            reason: Reason::BelowMin,
+            error: Some("x".repeat(3000)),
+        };
+        let line = status_line(specs.iter().map(|s| (s, Some(&failing))));
+        assert!(line.len() <= STATUS_MAX, "{}", line.len());
+        assert!(
+            line.ends_with("499 more group(s), 500 failing in all"),
+            "{line}"
+        );
+
+        let ok = Summary {
+            error: None,
+            ..failing.clone()
+        };
+        let mut all: Vec<(&GroupSpec, Option<&Summary>)> =
+            specs.iter().map(|s| (s, Some(&ok))).collect();
+        all[300].1 = Some(&failing);
+        let line = status_line(all.into_iter());
+        assert!(
+            line.starts_with("group-300 1/2"),
+            "failing groups come first: {line}"
+        );
+        assert!(line.len() <= STATUS_MAX);
+        assert!(line.contains("1 failing in all"), "{line}");
+    }
+}

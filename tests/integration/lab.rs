@@ -1,0 +1,301 @@
+//! The world of a real-Incus test: the `incus` CLI, a daemon process on a desired-state file of
+//! its own, a random group name, and cleanup of every instance the test made (managed or not).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const KEY: &str = "user.incus-hpa.group";
+
+pub fn incus(args: &[&str]) -> Output {
+    Command::new("incus")
+        .args(args)
+        .output()
+        .expect("the incus CLI is not installed")
+}
+
+pub fn incus_ok(args: &[&str]) -> String {
+    let out = incus(args);
+    assert!(
+        out.status.success(),
+        "incus {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Fails (never skips) when no usable Incus is there.
+pub fn require_incus() {
+    let out = Command::new("incus")
+        .args(["image", "show", "busybox"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "real-Incus test cannot run: {} — run scripts/setup-incus.sh first",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => panic!(
+            "real-Incus test cannot run: no incus CLI ({e}) — run scripts/setup-incus.sh first"
+        ),
+    }
+}
+
+/// Every instance with `KEY` exactly `group`: (name, status), oldest first.
+pub fn managed(group: &str) -> Vec<(String, String)> {
+    let json = incus_ok(&["list", "-f", "json"]);
+    let list: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let mut out: Vec<(String, String, String)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["config"][KEY].as_str() == Some(group))
+        .map(|i| {
+            (
+                i["created_at"].as_str().unwrap_or("").to_owned(),
+                i["name"].as_str().unwrap().to_owned(),
+                i["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, n, s)| (n, s)).collect()
+}
+
+/// Healthy instances (Running or Ready) of the group.
+pub fn running(group: &str) -> usize {
+    managed(group)
+        .iter()
+        .filter(|(_, s)| s == "Running" || s == "Ready")
+        .count()
+}
+
+pub fn exists(name: &str) -> bool {
+    incus(&["info", name]).status.success()
+}
+
+/// The `-c` arguments that make `name` an instance the daemon created for `group` (as a crash
+/// of the daemon, or a reboot, would leave it).
+pub fn owned(group: &str, name: &str) -> Vec<String> {
+    let uuid = incus_hpa::act::new_uuid();
+    let owner = incus_hpa::decide::owner_value("default", name, &uuid);
+    [
+        format!("{KEY}={group}"),
+        format!("{}={owner}", incus_hpa::model::OWNER_KEY),
+        format!("volatile.uuid={uuid}"),
+    ]
+    .into_iter()
+    .flat_map(|c| ["-c".to_owned(), c])
+    .collect()
+}
+
+/// `incus ARGS… EXTRA…`, which must work.
+pub fn incus_with(args: &[&str], extra: &[String]) -> String {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(extra.iter().map(String::as_str));
+    incus_ok(&all)
+}
+
+/// Polls `cond` every 250 ms until it holds; panics with the daemon's log after `within`.
+pub fn eventually(
+    lab: &Lab,
+    what: &str,
+    within: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > within {
+            panic!(
+                "timed out after {within:?} waiting for: {what}\n--- daemon log ---\n{}",
+                lab.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    start.elapsed()
+}
+
+/// One test's world: a group name, a daemon process, and the instances to remove at the end.
+pub struct Lab {
+    pub group: String,
+    pub extra: Vec<String>,
+    pub daemon: Option<Child>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Lab {
+    pub fn new(tag: &str) -> Self {
+        require_incus();
+        let group = format!(
+            "it{tag}-{}",
+            fastrand::u32(..)
+                .to_string()
+                .chars()
+                .take(6)
+                .collect::<String>()
+        );
+        Self {
+            group,
+            extra: Vec::new(),
+            daemon: None,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("daemon.log")
+    }
+
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.log_path()) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// Launches an instance the daemon did not create (removed at the end).
+    pub fn launch_unmanaged(&mut self, name: &str, config: &[&str]) {
+        let mut args = vec!["launch", "busybox", name, "-c", "limits.memory=64MiB"];
+        for c in config {
+            args.extend(["-c", c]);
+        }
+        incus_ok(&args);
+        self.extra.push(name.to_owned());
+    }
+
+    pub fn start(&mut self, toml: &str) {
+        self.start_with(toml, None, &[]);
+    }
+
+    /// Starts the daemon on `toml`, through the Incus socket `socket` when given, with extra
+    /// environment variables.
+    pub fn start_with(&mut self, toml: &str, socket: Option<&Path>, env: &[(&str, &str)]) {
+        let file = self.config_path();
+        std::fs::write(&file, toml).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_incus-hpa"));
+        if let Some(socket) = socket {
+            cmd.arg("--incus-socket").arg(socket);
+        }
+        let child = cmd
+            .args(["run", "--config"])
+            .arg(&file)
+            .env("RUST_LOG", "incus_hpa=debug")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.daemon = Some(child);
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("desired-state.toml")
+    }
+
+    /// Replaces the desired-state file and tells the daemon (SIGHUP; saving reloads too).
+    pub fn reload(&self, toml: &str) {
+        std::fs::write(self.config_path(), toml).unwrap();
+        if let Some(child) = &self.daemon {
+            Command::new("kill")
+                .args(["-HUP", &child.id().to_string()])
+                .status()
+                .unwrap();
+        }
+    }
+
+    /// How many lines of the daemon's log contain every one of `parts`.
+    pub fn log_count(&self, parts: &[&str]) -> usize {
+        count_lines(&self.log(), parts)
+    }
+
+    /// The log of the daemon's last run (the log file is kept across restarts).
+    pub fn last_run_log(&self) -> String {
+        let log = self.log();
+        let start = log
+            .rfind(" started: ")
+            .map_or(0, |i| log[..i].rfind('\n').map_or(0, |n| n + 1));
+        log[start..].to_owned()
+    }
+
+    /// Sends SIGTERM and returns the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.daemon.take()?;
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code();
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!(
+                    "the daemon did not exit within 60 s of SIGTERM\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn exec(&self, name: &str, script: &str) {
+        incus_ok(&["exec", name, "--", "sh", "-c", script]);
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let mut names: Vec<String> = managed(&self.group).into_iter().map(|(n, _)| n).collect();
+        names.append(&mut self.extra);
+        for n in names {
+            let _ = incus(&["delete", "--force", &n]);
+        }
+    }
+}
+
+/// How many lines of `text` contain every one of `parts`.
+pub fn count_lines(text: &str, parts: &[&str]) -> usize {
+    text.lines()
+        .filter(|l| parts.iter().all(|p| l.contains(p)))
+        .count()
+}
+
+pub fn config(group: &str, min: u32, max: u32, extra: &str) -> String {
+    format!(
+        r#"
+[daemon]
+interval = "1s"
+
+[groups.{group}]
+min = {min}
+max = {max}
+memory_threshold = 40
+image = "busybox"
+scale_down_stabilization = "6s"
+stop_timeout = "1s"
+{extra}
+[groups.{group}.config]
+"limits.memory" = "64MiB"
+"#
+    )
+}
+
+pub const FILL: &str = "mountpoint -q /dev/shm || mount -t tmpfs -o size=60m tmpfs /dev/shm; \
+                    dd if=/dev/zero of=/dev/shm/fill bs=1M count=40 2>/dev/null";
