@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it (root on Debian 12): sets Incus up when it is missing,
-# then formatting, lints, unit and integration tests, the real-Incus tests (which fail, never
-# skip, when Incus cannot be used), the unit's hardening score, and the end-to-end test of the
-# .deb under a real systemd.
+# The whole test suite, as CI runs it (root on Debian 12 or 13): sets Incus up when it is
+# missing, then formatting, lints, unit and integration tests, the real-Incus tests (which fail,
+# never skip, when Incus cannot be used), the fault suite, the unit's hardening score, the
+# end-to-end test of the .deb under a real systemd, the demo and a benchmark smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,8 +17,16 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --locked -- -D warnings
-echo "== cargo test (unit, fake Incus, CLI, real Incus)"
-cargo test --locked -- --include-ignored
+echo "== cargo test (unit, fake Incus, CLI, properties, real Incus)"
+cargo test --locked --lib --bins --test integration -- --include-ignored
+
+echo "== fault suite (real Incus through a fault proxy, SIGKILL, incusd stopped for 30 s; one at a time)"
+table=target/tmp/faults-table.md
+rm -f "$table"
+cargo test --locked --test faults -- --include-ignored --test-threads=1
+echo "| scenario | unmanaged touched | orphans left | scale-downs on missing data | panics | converged after the fault |"
+echo "|---|---|---|---|---|---|"
+cat "$table"
 
 echo "== systemd unit exposure (at most 2.0)"
 command -v systemd-analyze >/dev/null ||

@@ -170,10 +170,20 @@ async fn create(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), I
     }))
 }
 
+/// Starts `name`; a start that fails because someone else started it meanwhile (an
+/// `incus restart` in progress, say) is no failure: what matters is that it runs.
 async fn start(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), IncusError> {
-    incus
+    let result = incus
         .change_state(&spec.project, name, StateChange::Start)
-        .await
+        .await;
+    if result.is_err() {
+        if let Ok(Some(inst)) = incus.get(&spec.project, name).await {
+            if inst.status().is_healthy() {
+                return Ok(());
+            }
+        }
+    }
+    result
 }
 
 /// Stops (gracefully, then by force) and deletes `name`, after checking on a fresh read that it

@@ -15,7 +15,7 @@ use crate::incus::Unreachable;
 use crate::reconciler::backoff;
 
 /// The lifecycle actions that can leave a group short of instances.
-const TRIGGERS: &[&str] = &[
+pub const TRIGGERS: &[&str] = &[
     "instance-stopped",
     "instance-shutdown",
     "instance-deleted",

@@ -22,6 +22,10 @@ pub const OWNER_KEY: &str = "user.incus-hpa.owner";
 /// on every copy).
 pub const UUID_KEY: &str = "volatile.uuid";
 
+/// The largest `max` accepted: more instances than Incus runs on any cluster, and a bound on
+/// how many actions one pass can plan.
+pub const MAX_INSTANCES: u32 = 10_000;
+
 /// A validated group name: lowercase ASCII letters, digits and '-', starting with a letter.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GroupName(String);
@@ -156,9 +160,10 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// Usage as a percentage of the limit; `None` for a zero limit.
+    /// Usage as a percentage of the limit, at most 100 (a reading above its limit is a race
+    /// or a bogus answer); `None` for a zero limit.
     pub fn percent(&self) -> Option<f64> {
-        (self.limit > 0).then(|| self.usage as f64 * 100.0 / self.limit as f64)
+        (self.limit > 0).then(|| (self.usage as f64 * 100.0 / self.limit as f64).min(100.0))
     }
 }
 

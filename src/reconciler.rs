@@ -142,6 +142,7 @@ impl Reconciler {
             self.memory_kind = state.daemon.memory_source;
             self.memory = (self.ctx.memory)(self.memory_kind);
         }
+        let shorter = state.daemon.interval < self.interval;
         self.interval = state.daemon.interval;
         self.groups.retain(|name, g| {
             let moved = state.groups.get(name).map(|s| s.project != g.spec.project);
@@ -167,7 +168,9 @@ impl Reconciler {
                 g.next = now;
                 g.failures = 0;
             }
-            if let Some(sooner) = g.done.and_then(|d| d.checked_add(self.interval)) {
+            // A shorter interval brings the next pass forward (not a backoff's).
+            let sooner = g.done.and_then(|d| d.checked_add(self.interval));
+            if let Some(sooner) = sooner.filter(|_| shorter && g.failures == 0) {
                 g.next = g.next.min(sooner.max(now));
             }
         }

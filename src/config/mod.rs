@@ -21,7 +21,7 @@ use fields::Fields;
 pub use security::{check_permissions, open_checked};
 
 use crate::model::{
-    DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, GROUP_KEY,
+    DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, GROUP_KEY, MAX_INSTANCES,
     RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
 };
 
@@ -82,7 +82,8 @@ const DAEMON_KEYS: &[&str] = &["interval", "memory_source"];
 /// The longest interval, stabilization window and grace period accepted: beyond a day a value
 /// is a typo, and far beyond it would overflow the clock.
 pub const DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
-const GROUP_KEYS: &[&str] = &[
+/// Every key a `[groups.NAME]` table accepts.
+pub const GROUP_KEYS: &[&str] = &[
     "min",
     "max",
     "memory_threshold",
@@ -248,6 +249,12 @@ fn group(
     if let Some((max, span)) = &max {
         if *max == 0 {
             c.error(Some(span.clone()), &t.key("max"), "must be at least 1");
+        } else if *max > MAX_INSTANCES {
+            c.error(
+                Some(span.clone()),
+                &t.key("max"),
+                format!("must be at most {}", MAX_INSTANCES),
+            );
         }
         if let Some((min, min_span)) = &min {
             if min > max {

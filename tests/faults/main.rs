@@ -1,6 +1,13 @@
 //! Fault injection between the daemon and incusd: a proxy on the unix socket that answers
-//! chosen requests with errors, drops, delays, garbage or failed operations ([`proxy`]), and
-//! the proxy's own tests against a fake upstream (and, ignored unless asked for, a real incusd).
+//! chosen requests with errors, drops, delays, garbage or failed operations ([`proxy`]), its
+//! own tests against a fake upstream, and the fault scenarios against the real incusd
+//! ([`scenarios`], ignored unless asked for: `scripts/test.sh` runs them one at a time and
+//! prints the table they fill).
 
+#[path = "../integration/lab.rs"]
+#[allow(dead_code)]
+mod lab;
 mod proxy;
 mod proxy_tests;
+mod scenarios;
+mod world;

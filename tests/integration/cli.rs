@@ -127,3 +127,231 @@ fn run_refuses_a_file_others_can_write() {
         "{err}"
     );
 }
+
+// Incus unreachable: one actionable line, without the HTTP client's noise.
+
+/// A valid desired-state file in its own temp dir (kept while the guard lives).
+fn good_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("desired-state.toml");
+    std::fs::write(
+        &file,
+        "[groups.web]\nmax = 2\nmemory_threshold = 50\nimage = \"busybox\"\n",
+    )
+    .unwrap();
+    (dir, file)
+}
+
+/// `cmd` with a short request timeout and plain stderr logging, whatever the environment.
+fn quiet(mut cmd: Command) -> Command {
+    cmd.env("INCUS_HPA_REQUEST_TIMEOUT", "5s")
+        .env_remove("RUST_LOG")
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("INCUS_SOCKET");
+    cmd
+}
+
+/// Runs `cmd` to its end, killing it (and failing) after 30 s: a regression must not hang the
+/// suite. Returns the exit code and stderr.
+fn finish(mut cmd: Command) -> (Option<i32>, String, String) {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(30) {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{cmd:?} still runs after 30 s; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn plan(socket: &Path, file: &Path) -> Command {
+    let mut cmd = quiet(bin());
+    cmd.arg("--incus-socket")
+        .arg(socket)
+        .args(["plan", "--config"])
+        .arg(file);
+    cmd
+}
+
+/// No noise from the HTTP client: no URL, no "error sending request".
+fn assert_no_http_noise(err: &str) {
+    assert!(!err.contains("http://"), "{err}");
+    assert!(!err.contains("error sending request"), "{err}");
+}
+
+#[test]
+fn plan_without_a_socket_says_to_check_incusd() {
+    let (_dir, file) = good_file();
+    let (code, _, err) = finish(plan(Path::new("/nonexistent/incus.socket"), &file));
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}: {err}");
+    assert_eq!(
+        err.matches("/nonexistent/incus.socket").count(),
+        1,
+        "the socket once: {err}"
+    );
+    assert!(err.contains("Is incusd running?"), "{err}");
+    assert_no_http_noise(&err);
+}
+
+#[test]
+fn plan_on_a_socket_nobody_listens_on_says_connection_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("incus.socket");
+    // Bound then closed: the socket file stays, connecting gives ECONNREFUSED.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    assert!(socket.exists());
+    let (_cfg, file) = good_file();
+    let (code, _, err) = finish(plan(&socket, &file));
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}: {err}");
+    assert!(err.contains("connection refused"), "{err}");
+    assert!(err.contains("Is incusd running?"), "{err}");
+    assert_eq!(
+        err.matches(&*socket.to_string_lossy()).count(),
+        1,
+        "the socket once: {err}"
+    );
+    assert_no_http_noise(&err);
+}
+
+/// Panics unless this process runs as root: the test cannot set itself up otherwise.
+fn assert_root(test: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").unwrap().uid();
+    if uid != 0 {
+        panic!(
+            "{test} needs root (this is uid {uid}): run it as root with \
+             `cargo test --test integration -- --include-ignored`, as CI does"
+        );
+    }
+}
+
+/// The name of `id` in a passwd- or group-style file.
+fn name_in(file: &str, id: u32) -> Option<String> {
+    std::fs::read_to_string(file).ok()?.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[2].parse() == Ok(id)).then(|| f[0].to_owned())
+    })
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+#[ignore = "needs root (CI runs it with --include-ignored)"]
+fn plan_denied_the_socket_names_its_group_and_the_usermod_fix() {
+    assert_root("plan_denied_the_socket_names_its_group_and_the_usermod_fix");
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("setpriv (util-linux) is needed to run incus-hpa as uid 65534");
+    const NOBODY: u32 = 65534;
+
+    // A listening socket only root may use, in a directory anyone may enter.
+    let sockets = tempfile::tempdir().unwrap();
+    chmod(sockets.path(), 0o755);
+    let socket = sockets.path().join("incus.socket");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::os::unix::fs::chown(&socket, Some(0), Some(0)).unwrap();
+    chmod(&socket, 0o600);
+    // A desired-state file uid 65534 can read.
+    let (cfg, file) = good_file();
+    chmod(cfg.path(), 0o755);
+    chmod(&file, 0o644);
+
+    let mut cmd = quiet(Command::new(setpriv));
+    cmd.arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .arg(env!("CARGO_BIN_EXE_incus-hpa"))
+        .arg("--incus-socket")
+        .arg(&socket)
+        .args(["plan", "--config"])
+        .arg(&file);
+    let (code, _, err) = finish(cmd);
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}: {err}");
+    let group = name_in("/etc/group", 0).unwrap_or_else(|| "0".into());
+    let user = name_in("/etc/passwd", NOBODY).unwrap_or_else(|| format!("uid {NOBODY}"));
+    assert!(
+        err.contains(&format!("permission denied on {}", socket.display())),
+        "{err}"
+    );
+    assert!(err.contains(&format!("belongs to group {group}")), "{err}");
+    assert!(
+        err.contains(&format!("usermod -aG {group} {user}")),
+        "{err}"
+    );
+    assert_no_http_noise(&err);
+}
+
+#[test]
+#[ignore = "needs root (CI runs it with --include-ignored)"]
+fn run_refuses_a_symlink_another_user_owns_in_a_sticky_directory() {
+    use std::os::unix::fs::{lchown, symlink};
+    assert_root("run_refuses_a_symlink_another_user_owns_in_a_sticky_directory");
+    const OTHER: u32 = 12345;
+
+    // A good file, root's, 0644; a world-writable sticky directory (like /tmp) holding a
+    // symlink to it that uid 12345 owns, and so could repoint at any time.
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("desired-state.toml");
+    std::fs::write(
+        &target,
+        "[groups.web]\nmax = 2\nmemory_threshold = 50\nimage = \"busybox\"\n",
+    )
+    .unwrap();
+    chmod(&target, 0o644);
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    chmod(&shared, 0o1777);
+    let link = shared.join("desired-state.toml");
+    symlink(&target, &link).unwrap();
+    lchown(&link, Some(OTHER), Some(OTHER)).unwrap();
+
+    let mut run = quiet(bin());
+    run.args(["run", "--incus-socket", "/nonexistent", "--config"])
+        .arg(&link);
+    let (code, _, err) = finish(run);
+    assert_eq!(code, Some(78), "EX_CONFIG: {err}");
+    assert!(
+        err.contains(&format!(
+            "{} is a symlink owned by uid {OTHER}",
+            link.display()
+        )),
+        "{err}"
+    );
+
+    // `validate` checks the contents (fine) and warns that the daemon would refuse the file.
+    let mut validate = quiet(bin());
+    validate.args(["validate", "--config"]).arg(&link);
+    let (code, out, err) = finish(validate);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("OK, 1 group(s)"), "{out}");
+    assert!(
+        err.contains(&format!(
+            "{}: warning: the daemon will refuse this file: {} is a symlink owned by uid {OTHER}",
+            link.display(),
+            link.display()
+        )),
+        "{err}"
+    );
+}

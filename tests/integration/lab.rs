@@ -262,10 +262,30 @@ impl Drop for Lab {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let mut names: Vec<String> = managed(&self.group).into_iter().map(|(n, _)| n).collect();
-        names.append(&mut self.extra);
-        for n in names {
-            let _ = incus(&["delete", "--force", &n]);
+        // A creation the daemon had sent may still complete inside incusd after it died:
+        // remove everything named after the group until nothing is left for a while.
+        let prefix = format!("{}-", self.group);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut quiet_since = Instant::now();
+        while Instant::now() < deadline && quiet_since.elapsed() < Duration::from_secs(2) {
+            let mut names: Vec<String> = managed(&self.group).into_iter().map(|(n, _)| n).collect();
+            let listed = incus(&["list", "-f", "csv", "-c", "n"]);
+            names.extend(
+                String::from_utf8_lossy(&listed.stdout)
+                    .lines()
+                    .filter(|n| n.starts_with(&prefix))
+                    .map(str::to_owned),
+            );
+            names.append(&mut self.extra);
+            names.sort();
+            names.dedup();
+            if !names.is_empty() {
+                quiet_since = Instant::now();
+            }
+            for n in names {
+                let _ = incus(&["delete", "--force", &n]);
+            }
+            std::thread::sleep(Duration::from_millis(250));
         }
     }
 }

@@ -4,6 +4,7 @@
 mod cli;
 mod fake;
 mod lab;
+mod props;
 mod real_incus;
 mod real_trust;
 mod reconcile;

@@ -133,12 +133,12 @@ async fn a_failing_group_does_not_stop_the_others_and_leaves_nothing_behind() {
 #[tokio::test(start_paused = true)]
 async fn stopped_managed_instances_are_started_again() {
     let fake = Arc::new(FakeIncus::default());
-    fake.add("web-left01", "Stopped", &[(GROUP_KEY, "web")]);
+    fake.add_owned("web", "web-left01", "Stopped");
     let h = Harness::start(&web(1, 3), fake);
     eventually("restarted", MINUTE, || h.fake.running("web") == 1).await;
     assert_eq!(
-        h.fake.managed("web")[0].0,
-        "web-left01",
+        h.fake.managed("web"),
+        vec![("web-left01".to_owned(), "Running".to_owned())],
         "started, not replaced"
     );
     h.shutdown().await;

@@ -1,0 +1,224 @@
+//! One fault scenario's world: a daemon (through the fault proxy or straight on incusd) on a
+//! group of its own, sentinel instances it must never touch, the checks every scenario ends
+//! with, and the row it adds to the report (`target/tmp/faults-table.md`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::lab::*;
+use crate::proxy::{Proxy, ProxyHandle};
+
+/// Where the real incusd listens.
+pub const INCUS_SOCKET: &str = "/var/lib/incus/unix.socket";
+
+/// A desired-state file for the scenario's group: 1 s interval, memory from the API (so memory
+/// readings cross the proxy too), a short scale-down window.
+pub fn desired(group: &str, min: u32, max: u32, extra: &str) -> String {
+    config(group, min, max, extra)
+        .replace("[daemon]", "[daemon]\nmemory_source = \"api\"")
+        .replace(
+            "scale_down_stabilization = \"6s\"",
+            "scale_down_stabilization = \"2s\"",
+        )
+}
+
+/// The group's own instances (name, status) and the leftovers' names.
+type Snapshot = (Vec<(String, String)>, Vec<String>);
+
+/// A scenario under way.
+pub struct World {
+    pub lab: Lab,
+    pub name: &'static str,
+    pub proxy: Option<Proxy>,
+    /// Runs the proxy (dropped after it).
+    _rt: tokio::runtime::Runtime,
+    /// Instances the daemon must never touch, with their status at the start.
+    sentinels: Vec<(String, String)>,
+}
+
+impl World {
+    /// A world for scenario `name`; `proxied` puts the fault proxy between daemon and incusd.
+    pub fn new(name: &'static str, tag: &str, proxied: bool) -> Self {
+        let lab = Lab::new(tag);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let proxy = proxied.then(|| {
+            let path = lab.dir.path().join("proxy.socket");
+            rt.block_on(async { Proxy::start(&path, INCUS_SOCKET.as_ref()) })
+        });
+        Self {
+            lab,
+            name,
+            proxy,
+            _rt: rt,
+            sentinels: Vec::new(),
+        }
+    }
+
+    pub fn faults(&self) -> ProxyHandle {
+        self.proxy.as_ref().expect("a proxied world").handle()
+    }
+
+    fn socket(&self) -> Option<PathBuf> {
+        self.proxy.as_ref().map(|p| p.path().to_path_buf())
+    }
+
+    /// Starts (or starts again) the daemon on `toml`; requests time out after 1 s.
+    pub fn start(&mut self, toml: &str) {
+        let socket = self.socket();
+        self.lab.start_with(
+            toml,
+            socket.as_deref(),
+            &[("INCUS_HPA_REQUEST_TIMEOUT", "1s")],
+        );
+    }
+
+    /// A person's instance with the group's prefix and no key, and a copy of a managed one
+    /// (which carries the key): the daemon must leave both as they are.
+    pub fn add_sentinels(&mut self) {
+        let g = self.lab.group.clone();
+        let manual = format!("{g}-manual");
+        self.lab.launch_unmanaged(&manual, &[]);
+        let source = managed(&g)
+            .into_iter()
+            .find(|(_, s)| s == "Running")
+            .expect("a running instance to copy")
+            .0;
+        let copy = format!("{g}-copy");
+        incus_ok(&["copy", &source, &copy]);
+        self.sentinels = [manual, copy]
+            .into_iter()
+            .map(|n| {
+                let s = status(&n);
+                (n, s)
+            })
+            .collect();
+    }
+
+    /// The group's own instances: everything with its key but the sentinels.
+    pub fn own(&self) -> Vec<(String, String)> {
+        managed(&self.lab.group)
+            .into_iter()
+            .filter(|(n, _)| !self.is_sentinel(n))
+            .collect()
+    }
+
+    fn is_sentinel(&self, name: &str) -> bool {
+        self.sentinels.iter().any(|(s, _)| s == name)
+    }
+
+    /// From one listing: the group's own instances, and the leftovers (instances named like
+    /// the daemon's, GROUP-xxxxxx, that are stopped or not the group's own). `None` while
+    /// Incus lists an instance without its config (it does during some operations).
+    fn snapshot(&self) -> Option<Snapshot> {
+        let json = incus_ok(&["list", "-f", "json"]);
+        let list: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let prefix = format!("{}-", self.lab.group);
+        let mut own = Vec::new();
+        let mut orphans = Vec::new();
+        for i in list.as_array()? {
+            let name = i["name"].as_str()?;
+            if !name.starts_with(&prefix) || self.is_sentinel(name) {
+                continue;
+            }
+            let config = i["config"].as_object()?;
+            let status = i["status"].as_str()?.to_owned();
+            let ours = config.get(KEY).and_then(|v| v.as_str()) == Some(self.lab.group.as_str());
+            let daemon_named = name.len() == prefix.len() + 6;
+            if ours {
+                if status != "Running" {
+                    orphans.push(name.to_owned());
+                }
+                own.push((name.to_owned(), status));
+            } else if daemon_named {
+                orphans.push(name.to_owned());
+            }
+        }
+        Some((own, orphans))
+    }
+
+    /// Waits until exactly `n` of the group's own instances run and nothing else is left
+    /// (seen twice in a row); returns how long it took.
+    pub fn converge(&self, n: usize, within: Duration) -> Duration {
+        let mut seen = 0;
+        eventually(
+            &self.lab,
+            &format!("{n} running, nothing else"),
+            within,
+            || {
+                let settled = self
+                    .snapshot()
+                    .is_some_and(|(own, orphans)| own.len() == n && orphans.is_empty());
+                seen = if settled { seen + 1 } else { 0 };
+                seen >= 2
+            },
+        )
+    }
+
+    /// Checks what every scenario must keep, and adds the scenario's row to the report.
+    pub fn finish(mut self, converged: Duration, scale_downs_on_missing: usize) {
+        let touched = self
+            .sentinels
+            .iter()
+            .filter(|(n, s)| !exists(n) || status(n) != *s)
+            .count();
+        // Leftovers: stopped instances of the group, or instances named like the daemon's
+        // that are not the group's own.
+        let (own, orphans) = self.snapshot().unwrap_or_default();
+        let log = self.lab.log();
+        let panics = count_lines(&log, &["panicked"]);
+        let alive = self
+            .lab
+            .daemon
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none());
+        let row = format!(
+            "| {} | {touched} | {} | {scale_downs_on_missing} | {panics} | {:.1} s |\n",
+            self.name,
+            orphans.len(),
+            converged.as_secs_f64()
+        );
+        eprint!("{row}");
+        report(&row);
+        assert!(alive, "the daemon died\n{log}");
+        assert_eq!(self.lab.terminate(), Some(0), "{}", self.lab.log());
+        assert_eq!(touched, 0, "unmanaged instances touched\n{log}");
+        assert!(
+            orphans.is_empty(),
+            "orphans left: {orphans:?}\nown: {own:?}\n{log}"
+        );
+        assert_eq!(
+            scale_downs_on_missing, 0,
+            "scale-down on missing data\n{log}"
+        );
+        assert_eq!(panics, 0, "{log}");
+    }
+}
+
+/// An instance's status as `incus list` shows it (`RUNNING`, `STOPPED`, …).
+pub fn status(name: &str) -> String {
+    let out = incus_ok(&["list", name, "-f", "csv", "-c", "ns"]);
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name},")).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Appends a row to the report CI prints after the suite.
+fn report(row: &str) {
+    use std::io::Write;
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("faults-table.md");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(row.as_bytes()).unwrap();
+}
+
+/// Lets a scenario's fault window (a fixed duration, not a wait for something) pass.
+pub fn hold(d: Duration) {
+    std::thread::sleep(d);
+}
