@@ -1,6 +1,8 @@
-//! Act: carries out a [`Plan`]'s steps against Incus, one at a time, and reports each outcome.
+//! Act: carries out a [`Plan`]'s steps against Incus, a bounded number at a time
+//! (`[daemon] max_parallel_actions`), and reports each outcome.
 //! It never decides; it only refuses to touch an instance that is not (or no longer) the
-//! group's own.
+//! group's own. What it did is written into the informer's cache at once (from a fresh read),
+//! so the next pass never sees the world as it was before the action.
 //!
 //! - create: one request with image, profiles, config, the ownership keys and `start: true`.
 //!   If it fails, what is left of it is removed only when it carries the identity given in that
@@ -12,12 +14,17 @@
 //!   `stop_timeout`, then by force, then deletes.
 
 use std::collections::HashMap;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::decide::owner_value;
 use crate::incus::{CreateInstance, ImageSource, Incus, IncusError, StateChange};
-use crate::model::{Action, Cause, GroupSpec, InstanceStatus, GROUP_KEY, OWNER_KEY, UUID_KEY};
+use crate::informer::Store;
+use crate::model::{
+    Action, Cause, GroupSpec, InstanceStatus, GROUP_KEY, OWNER_KEY, UUID_KEY, WARM_KEY,
+};
 use crate::observe::is_owned;
 
 /// What was done for one action.
@@ -29,60 +36,89 @@ pub struct Outcome {
     pub result: Result<(), IncusError>,
 }
 
-/// Runs the actions in order, stopping before the next one once `stop` is set (the action in
-/// flight always completes) or after the first failure (the next pass looks again: acting on
-/// after a failure could compound it).
+/// Runs the actions in their order, at most `parallel` at a time. Once `stop` is set (a
+/// shutdown) or an action has failed (the next pass looks again: acting on after a failure
+/// could compound it), no new action starts; the ones in flight always complete.
 pub async fn apply(
     incus: &dyn Incus,
+    store: &Store,
     spec: &GroupSpec,
     actions: &[Action],
     stop: &AtomicBool,
+    parallel: usize,
 ) -> Vec<Outcome> {
+    let mut pending = actions.iter();
+    let mut running = FuturesUnordered::new();
+    let mut failed = false;
     let mut outcomes = Vec::new();
-    for action in actions {
-        if stop.load(Ordering::SeqCst) {
-            break;
+    loop {
+        while running.len() < parallel.max(1) && !failed && !stop.load(Ordering::SeqCst) {
+            let Some(action) = pending.next() else {
+                break;
+            };
+            running.push(run(incus, store, spec, action));
         }
-        let (kind, instance, result) = match action {
-            Action::Create { .. } => {
-                let name = new_name(&spec.instance_prefix);
-                let result = create(incus, spec, &name).await;
-                ("create", name, result)
-            }
-            Action::Start { name, .. } => ("start", name.clone(), start(incus, spec, name).await),
-            Action::Remove { name, .. } => {
-                ("delete", name.clone(), remove(incus, spec, name).await)
-            }
+        let Some(outcome) = running.next().await else {
+            break;
         };
-        let cause = action.cause();
-        match &result {
-            Ok(()) => tracing::info!(
-                group = %spec.name, instance = %instance, action = kind, reason = cause.as_str(),
-                outcome = "ok", "{} {instance} ({cause})", past(kind)
-            ),
-            Err(e) => tracing::warn!(
-                group = %spec.name, instance = %instance, action = kind, reason = cause.as_str(),
-                outcome = "failed", error = %e, "could not {kind} {instance} ({cause}): {e}"
-            ),
-        }
-        let failed = result.is_err();
-        outcomes.push(Outcome {
-            action: kind,
-            instance,
-            cause,
-            result,
-        });
-        if failed {
-            break;
-        }
+        failed |= outcome.result.is_err();
+        outcomes.push(outcome);
     }
     outcomes
+}
+
+/// Carries out one action and logs its outcome.
+async fn run(incus: &dyn Incus, store: &Store, spec: &GroupSpec, action: &Action) -> Outcome {
+    let (kind, instance, result) = match action {
+        Action::Create { .. } => {
+            let name = new_name(&spec.instance_prefix);
+            let result = create(incus, store, spec, &name).await;
+            ("create", name, result)
+        }
+        Action::Start { name, .. } => {
+            ("start", name.clone(), start(incus, store, spec, name).await)
+        }
+        Action::Promote { name, .. } => (
+            "promote",
+            name.clone(),
+            promote(incus, store, spec, name).await,
+        ),
+        Action::CreateWarm => {
+            let name = new_name(&spec.instance_prefix);
+            let result = create_as(incus, store, spec, &name, true).await;
+            ("create-warm", name, result)
+        }
+        Action::Remove { name, .. } => (
+            "delete",
+            name.clone(),
+            remove(incus, store, spec, name).await,
+        ),
+    };
+    let cause = action.cause();
+    match &result {
+        Ok(()) => tracing::info!(
+            group = %spec.name, instance = %instance, action = kind, reason = cause.as_str(),
+            outcome = "ok", "{} {instance} ({cause})", past(kind)
+        ),
+        Err(e) => tracing::warn!(
+            group = %spec.name, instance = %instance, action = kind, reason = cause.as_str(),
+            outcome = "failed", error = %e, "could not {kind} {instance} ({cause}): {e}"
+        ),
+    }
+    Outcome {
+        action: kind,
+        instance,
+        cause,
+        result,
+    }
 }
 
 fn past(action: &str) -> &'static str {
     match action {
         "create" => "created",
+        "create-warm" => "created (warm pool)",
         "start" => "started",
+        "promote" => "started (from the warm pool)",
         _ => "deleted",
     }
 }
@@ -114,32 +150,74 @@ pub fn new_uuid() -> String {
     )
 }
 
-/// The body of the request that creates `name` for the group, with its identity `uuid`.
-pub fn create_request(spec: &GroupSpec, name: &str, uuid: &str) -> CreateInstance {
+/// The body of the request that creates `name` for the group, with its identity `uuid`:
+/// started, or stopped in the warm pool.
+pub fn create_request(spec: &GroupSpec, name: &str, uuid: &str, warm: bool) -> CreateInstance {
     let mut config: HashMap<String, String> = spec.config.clone().into_iter().collect();
     config.insert(GROUP_KEY.to_owned(), spec.name.to_string());
     config.insert(OWNER_KEY.to_owned(), owner_value(&spec.project, name, uuid));
     config.insert(UUID_KEY.to_owned(), uuid.to_owned());
+    if warm {
+        config.insert(WARM_KEY.to_owned(), "true".to_owned());
+    }
     CreateInstance {
         name: name.to_owned(),
         kind: "container".into(),
         source: ImageSource::local(&spec.image),
         config,
         profiles: spec.profiles.clone(),
-        start: true,
+        start: !warm,
     }
 }
 
-async fn create(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), IncusError> {
+async fn create(
+    incus: &dyn Incus,
+    store: &Store,
+    spec: &GroupSpec,
+    name: &str,
+) -> Result<(), IncusError> {
+    create_as(incus, store, spec, name, false).await
+}
+
+/// Takes `name` out of the warm pool (its key set to `false`, so that it is an ordinary
+/// instance of the group from now on, crash loops and all) and starts it.
+async fn promote(
+    incus: &dyn Incus,
+    store: &Store,
+    spec: &GroupSpec,
+    name: &str,
+) -> Result<(), IncusError> {
+    let result = incus
+        .set_config(&spec.project, name, WARM_KEY, "false")
+        .await;
+    if result.is_err() {
+        store.refresh(incus, &spec.project, name).await;
+        return result;
+    }
+    start(incus, store, spec, name).await
+}
+
+async fn create_as(
+    incus: &dyn Incus,
+    store: &Store,
+    spec: &GroupSpec,
+    name: &str,
+    warm: bool,
+) -> Result<(), IncusError> {
     let uuid = new_uuid();
-    let req = create_request(spec, name, &uuid);
+    let req = create_request(spec, name, &uuid, warm);
     let mine = owner_value(&spec.project, name, &uuid);
     let result = incus.create(&spec.project, &req).await;
     // Whatever happened, the instance must now be ours as we made it, or gone.
+    let ticket = store.ticket();
     let found = match incus.get(&spec.project, name).await {
         Ok(found) => found,
-        Err(e) => return result.and(Err(e)),
+        Err(e) => {
+            store.invalidate(&spec.project);
+            return result.and(Err(e));
+        }
     };
+    store.put(&spec.project, name, ticket, found.clone());
     let Some(inst) = found else {
         return result.and(Err(IncusError::Operation {
             what: format!("creating {name}"),
@@ -157,7 +235,7 @@ async fn create(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), I
             message: "another instance has that name".into(),
         }));
     }
-    if let Err(e) = remove_instance(incus, spec, name, inst.status()).await {
+    if let Err(e) = remove_instance(incus, store, spec, name, inst.status()).await {
         tracing::warn!(group = %spec.name, instance = name, error = %e,
             "could not remove {name}, which failed to come up: {e}");
     }
@@ -172,24 +250,40 @@ async fn create(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), I
 
 /// Starts `name`; a start that fails because someone else started it meanwhile (an
 /// `incus restart` in progress, say) is no failure: what matters is that it runs.
-async fn start(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), IncusError> {
+async fn start(
+    incus: &dyn Incus,
+    store: &Store,
+    spec: &GroupSpec,
+    name: &str,
+) -> Result<(), IncusError> {
     let result = incus
         .change_state(&spec.project, name, StateChange::Start)
         .await;
-    if result.is_err() {
-        if let Ok(Some(inst)) = incus.get(&spec.project, name).await {
-            if inst.status().is_healthy() {
+    let ticket = store.ticket();
+    match incus.get(&spec.project, name).await {
+        Ok(found) => {
+            let running = found.as_ref().is_some_and(|i| i.status().is_healthy());
+            store.put(&spec.project, name, ticket, found);
+            if running {
                 return Ok(());
             }
         }
+        Err(_) => store.invalidate(&spec.project),
     }
     result
 }
 
 /// Stops (gracefully, then by force) and deletes `name`, after checking on a fresh read that it
 /// is still the group's own. An instance that is gone already counts as removed.
-async fn remove(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), IncusError> {
+async fn remove(
+    incus: &dyn Incus,
+    store: &Store,
+    spec: &GroupSpec,
+    name: &str,
+) -> Result<(), IncusError> {
+    let ticket = store.ticket();
     let Some(inst) = incus.get(&spec.project, name).await? else {
+        store.put(&spec.project, name, ticket, None);
         return Ok(());
     };
     if !is_owned(&inst, spec) {
@@ -201,11 +295,12 @@ async fn remove(incus: &dyn Incus, spec: &GroupSpec, name: &str) -> Result<(), I
             ),
         });
     }
-    remove_instance(incus, spec, name, inst.status()).await
+    remove_instance(incus, store, spec, name, inst.status()).await
 }
 
 async fn remove_instance(
     incus: &dyn Incus,
+    store: &Store,
     spec: &GroupSpec,
     name: &str,
     status: InstanceStatus,
@@ -236,10 +331,16 @@ async fn remove_instance(
             }
         }
     }
-    match incus.delete(&spec.project, name).await {
+    let result = match incus.delete(&spec.project, name).await {
         Err(e) if e.is_not_found() => Ok(()),
         other => other,
+    };
+    if result.is_ok() {
+        store.put(&spec.project, name, store.ticket(), None);
+    } else {
+        store.refresh(incus, &spec.project, name).await;
     }
+    result
 }
 
 #[cfg(test)]

@@ -14,8 +14,10 @@ use tokio::time::Instant;
 use crate::config::{self, check_permissions, Loaded};
 use crate::daemon::{self, Event};
 use crate::decide::{decide, History};
+use crate::events::UnixEvents;
 use crate::incus::client::UnixClient;
 use crate::incus::Incus;
+use crate::informer::Store;
 use crate::memory;
 use crate::observe::observe;
 use crate::reconciler::Context;
@@ -74,6 +76,7 @@ fn context(socket: &str) -> anyhow::Result<Context> {
     Ok(Context {
         memory: Arc::new(move |kind| memory::source(kind, for_memory.clone())),
         incus,
+        store: Arc::new(Store::default()),
         stop: Arc::new(AtomicBool::new(false)),
     })
 }
@@ -100,6 +103,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     let signals = tx.clone();
     tokio::spawn(async move {
         loop {
@@ -107,6 +111,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
                 _ = term.recv() => Event::Shutdown,
                 _ = int.recv() => Event::Shutdown,
                 _ = hup.recv() => Event::Reload,
+                _ = usr1.recv() => Event::Dump,
             };
             if signals.send(ev).is_err() {
                 break;
@@ -114,8 +119,14 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
         }
     });
 
-    // Instances that stop or vanish wake their groups up before the next interval.
-    tokio::spawn(crate::events::follow(socket, tx.clone()));
+    // Lifecycle events keep the cache of instances up to date, and wake the groups an instance
+    // that stops or vanishes belongs to before their next interval.
+    tokio::spawn(crate::events::follow(
+        Arc::new(UnixEvents::new(&socket)),
+        ctx.incus.clone(),
+        ctx.store.clone(),
+        tx.clone(),
+    ));
     // Saving the file reloads it, like SIGHUP does.
     let _watch = match crate::watch::watch(path, tx.clone()) {
         Ok(w) => Some(w),
@@ -167,10 +178,17 @@ pub async fn plan(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
     let ctx = context(&socket_str(socket)?)?;
     let memory = (ctx.memory)(loaded.state.daemon.memory_source);
     let now = Instant::now();
+    let resync = loaded.state.daemon.resync;
     for spec in loaded.state.groups.values() {
-        let obs = observe(ctx.incus.as_ref(), memory.as_ref(), spec)
-            .await
-            .with_context(|| format!("observing group {}", spec.name))?;
+        let obs = observe(
+            ctx.incus.as_ref(),
+            memory.as_ref(),
+            &ctx.store,
+            spec,
+            resync,
+        )
+        .await
+        .with_context(|| format!("observing group {}", spec.name))?;
         // A fresh history would hold every scale-down back: show the bare recommendation.
         let p = decide(spec, &obs, &mut History::default(), now);
         println!(

@@ -26,6 +26,8 @@ pub enum Event {
     InstanceChanged { project: String, name: String },
     /// The Incus event stream (re)connected: Incus answers again.
     IncusBack,
+    /// Write the cache of instances to the log (SIGUSR1).
+    Dump,
 }
 
 /// How the daemon reads its desired state again on reload.
@@ -79,7 +81,7 @@ pub async fn wait_for_incus(ctx: &Context, events: &mut UnboundedReceiver<Event>
                         _ = sleep_until(deadline) => break,
                         ev = events.recv() => match ev {
                             Some(Event::Reload) => reload = true,
-                            Some(Event::InstanceChanged { .. }) => {}
+                            Some(Event::InstanceChanged { .. } | Event::Dump) => {}
                             // Incus is back: try at once.
                             Some(Event::IncusBack) => break,
                             Some(Event::Shutdown) | None => return Waited::Shutdown,
@@ -88,6 +90,16 @@ pub async fn wait_for_incus(ctx: &Context, events: &mut UnboundedReceiver<Event>
                 }
             }
         }
+    }
+}
+
+/// Logs the cache of instances, one entry per project: `cache: project default: [web-a
+/// Running, …]`.
+fn dump(ctx: &Context) {
+    for (project, instances) in ctx.store.snapshot() {
+        let list: Vec<String> = instances.iter().map(|(n, s)| format!("{n} {s}")).collect();
+        tracing::info!(project = %project, instances = list.len(),
+            "cache: project {project}: [{}]", list.join(", "));
     }
 }
 
@@ -134,6 +146,7 @@ pub async fn run_loop(
                                 Some(Event::Reload) => reload = true,
                                 Some(Event::InstanceChanged { project, name }) => changed.push((project, name)),
                                 Some(Event::IncusBack) => back = true,
+                                Some(Event::Dump) => dump(&ctx),
                                 Some(Event::Shutdown) | None => {
                                     tracing::info!("shutting down after the action in flight");
                                     ctx.stop.store(true, Ordering::SeqCst);
@@ -159,6 +172,7 @@ pub async fn run_loop(
                 Some(Event::Reload) => reload = true,
                 Some(Event::InstanceChanged { project, name }) => reconciler.wake(&project, &name, Instant::now()),
                 Some(Event::IncusBack) => reconciler.incus_back(Instant::now()),
+                Some(Event::Dump) => dump(&ctx),
                 Some(Event::Shutdown) | None => break,
             },
             _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),

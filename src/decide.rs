@@ -73,14 +73,15 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     Plan {
         current: capacity,
         healthy,
-        unhealthy: obs.instances.len() as u32 - capacity,
+        unhealthy: count(&classes, |c| c.is_unhealthy()),
+        warm: count(&classes, |c| c == Class::Warm),
         previous: base,
         desired,
         utilization,
         recommendation,
         reason,
         step_limited,
-        actions: actions(&classes, base, capacity, desired, reason),
+        actions: actions(spec, &classes, base, capacity, desired, reason),
         notes,
         requeue_in,
     }
@@ -205,11 +206,13 @@ fn stabilize(
     (desired, reason)
 }
 
-/// Turns classes and counts into steps: starts of stopped instances, creations up to the
-/// desired count, removals down to it (restartable stopped instances first, then the newest
-/// healthy; never one whose start failed), and removals of instances that crashed too often or
-/// stayed unhealthy too long. Starts and creations come first: they restore service.
+/// Turns classes and counts into steps: starts of stopped instances; promotions of warm
+/// instances, then creations, up to the desired count; removals down to it (restartable stopped
+/// instances first, then the newest healthy; never one whose start failed); removals of
+/// instances that crashed too often or stayed unhealthy too long; and, last, the warm pool
+/// brought back to its size. Starts and creations come first: they restore service.
 fn actions(
+    spec: &GroupSpec,
     classes: &[(&ObservedInstance, Class)],
     base: u32,
     capacity: u32,
@@ -257,6 +260,14 @@ fn actions(
             _ => None,
         })
         .collect();
+    // The warm pool, oldest first: a start instead of an image unpack.
+    let mut warm: Vec<&ObservedInstance> = classes
+        .iter()
+        .filter(|(_, c)| *c == Class::Warm)
+        .map(|(i, _)| *i)
+        .collect();
+    warm.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.name.cmp(&b.name)));
+    let mut warm = warm.into_iter();
     let missing = desired.saturating_sub(capacity);
     let replacing = base.saturating_sub(capacity).min(missing);
     for k in 0..missing {
@@ -265,12 +276,26 @@ fn actions(
             _ if k < replacing => Cause::Replace,
             _ => Cause::ScaleUp,
         };
-        actions.push(Action::Create { cause });
+        actions.push(match warm.next() {
+            Some(w) => Action::Promote {
+                name: w.name.clone(),
+                cause,
+            },
+            None => Action::Create { cause },
+        });
     }
     actions.extend(removed.into_iter().map(|(name, cause)| Action::Remove {
         name: name.to_owned(),
         cause,
     }));
+    // The pool back to its size, after everything else: the oldest extra ones go.
+    let left: Vec<&ObservedInstance> = warm.collect();
+    let size = spec.warm_pool as usize;
+    actions.extend(left.iter().rev().skip(size).map(|w| Action::Remove {
+        name: w.name.clone(),
+        cause: Cause::WarmPool,
+    }));
+    actions.extend((left.len()..size).map(|_| Action::CreateWarm));
     actions
 }
 

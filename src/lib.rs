@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod decide;
 pub mod events;
 pub mod incus;
+pub mod informer;
 pub mod logging;
 pub mod memory;
 pub mod model;

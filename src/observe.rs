@@ -1,31 +1,39 @@
-//! Observe: Incus → [`Observation`] for one group, in one list request plus the memory source.
+//! Observe: the informer's cache (or, when it is stale, one list request) and the memory
+//! source → [`Observation`] for one group.
 //!
-//! Incus filters the list on the group key (a case-insensitive pattern); each instance is then
-//! checked with [`ownership`]: only the instances the daemon created for the group are
-//! returned as the group's, and only its healthy ones are measured. Instances carrying the key
-//! that the daemon did not create (copies, renames, moves, imports) are listed as foreign.
+//! Each instance with the group's key is checked with [`ownership`]: only the instances the
+//! daemon created for the group are returned as the group's, and only its healthy ones are
+//! measured. Instances carrying the key that the daemon did not create (copies, renames,
+//! moves, imports) are listed as foreign. A steady pass, with memory from the cgroup files,
+//! sends no request to incusd.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use crate::decide::{owner_value, ownership, Ownership};
 use crate::incus::{Incus, IncusError, Instance};
+use crate::informer::Store;
 use crate::memory::MemorySource;
-use crate::model::{Foreign, GroupSpec, Observation, ObservedInstance, GROUP_KEY, UUID_KEY};
+use crate::model::{Foreign, GroupSpec, Observation, ObservedInstance, UUID_KEY, WARM_KEY};
 
 /// True when `inst` is one the daemon created for the group `spec`.
 pub fn is_owned(inst: &Instance, spec: &GroupSpec) -> bool {
     ownership(spec.name.as_str(), &spec.project, &inst.name, &inst.config) == Ownership::Owned
 }
 
-/// Lists the group's instances and reads the memory of the healthy ones.
+/// Lists the group's instances (from `store` while it is fresh, see [`Store::list`]) and reads
+/// the memory of the healthy ones.
 pub async fn observe(
     incus: &dyn Incus,
     memory: &dyn MemorySource,
+    store: &Store,
     spec: &GroupSpec,
+    resync: Duration,
 ) -> Result<Observation, IncusError> {
     let group = spec.name.as_str();
-    let listed = incus
-        .list_by_config(&spec.project, GROUP_KEY, group)
+    let listed = store
+        .list(incus, &spec.project, Instant::now(), resync)
         .await?;
     let now = SystemTime::now();
     let mut owned = Vec::new();
@@ -61,6 +69,7 @@ pub async fn observe(
                 None
             };
             ObservedInstance {
+                warm: i.config.get(WARM_KEY).is_some_and(|v| v == "true"),
                 created_at: i.created_nanos(),
                 since_start: i.since_start(now),
                 name: i.name,

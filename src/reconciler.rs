@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::act::{self, Outcome};
 use crate::decide::{decide, History};
 use crate::incus::{Incus, IncusError};
+use crate::informer::Store;
 use crate::memory::MemorySource;
 use crate::model::{DesiredState, GroupName, GroupSpec, MemorySourceKind, Reason};
 use crate::observe::observe;
@@ -60,6 +61,8 @@ pub type MemoryFactory = Arc<dyn Fn(MemorySourceKind) -> Arc<dyn MemorySource> +
 #[derive(Clone)]
 pub struct Context {
     pub incus: Arc<dyn Incus>,
+    /// The informer's cache of instances, fed by the event follower.
+    pub store: Arc<Store>,
     pub memory: MemoryFactory,
     /// Set on shutdown: the action in flight completes, no new one starts.
     pub stop: Arc<AtomicBool>,
@@ -111,6 +114,8 @@ pub struct Reconciler {
     memory_kind: MemorySourceKind,
     memory: Arc<dyn MemorySource>,
     interval: Duration,
+    resync: Duration,
+    parallel: usize,
     groups: BTreeMap<GroupName, GroupState>,
     /// (project, instance) the daemon removed, until when their events are its own.
     own: HashMap<(String, String), Instant>,
@@ -125,6 +130,8 @@ impl Reconciler {
             memory_kind,
             ctx,
             interval: state.daemon.interval,
+            resync: state.daemon.resync,
+            parallel: state.daemon.max_parallel_actions,
             groups: BTreeMap::new(),
             own: HashMap::new(),
         };
@@ -144,6 +151,8 @@ impl Reconciler {
         }
         let shorter = state.daemon.interval < self.interval;
         self.interval = state.daemon.interval;
+        self.resync = state.daemon.resync;
+        self.parallel = state.daemon.max_parallel_actions;
         self.groups.retain(|name, g| {
             let moved = state.groups.get(name).map(|s| s.project != g.spec.project);
             let n = g.last.as_ref().map_or(0, |s| s.current);
@@ -222,9 +231,11 @@ impl Reconciler {
         let ctx = &self.ctx;
         let memory = self.memory.as_ref();
         let interval = self.interval;
+        let resync = self.resync;
+        let parallel = self.parallel;
         let due = self.groups.values_mut().filter(|g| g.next <= now);
         let passes = due.map(|g| async move {
-            let result = reconcile(ctx, memory, g, now).await;
+            let result = reconcile(ctx, memory, g, now, resync, parallel).await;
             let done = Instant::now();
             g.done = Some(done);
             let removed = match result {
@@ -299,9 +310,11 @@ async fn reconcile(
     memory: &dyn MemorySource,
     g: &mut GroupState,
     now: Instant,
+    resync: Duration,
+    parallel: usize,
 ) -> Result<Passed, Failed> {
     let spec = &g.spec;
-    let obs = observe(ctx.incus.as_ref(), memory, spec)
+    let obs = observe(ctx.incus.as_ref(), memory, &ctx.store, spec, resync)
         .await
         .map_err(|e| (ReconcileError::Observe(e), None, Vec::new()))?;
     g.reported
@@ -327,13 +340,21 @@ async fn reconcile(
         reason: plan.reason,
         error: None,
     };
-    let outcomes = act::apply(ctx.incus.as_ref(), spec, &plan.actions, &ctx.stop).await;
+    let outcomes = act::apply(
+        ctx.incus.as_ref(),
+        &ctx.store,
+        spec,
+        &plan.actions,
+        &ctx.stop,
+        parallel,
+    )
+    .await;
     let done = Instant::now();
     let mut removed = Vec::new();
     for o in &outcomes {
         match o.action {
             "create" if o.result.is_ok() => g.history.created(&o.instance),
-            "start" => g.history.started(spec, &o.instance, o.result.is_ok(), done),
+            "start" | "promote" => g.history.started(spec, &o.instance, o.result.is_ok(), done),
             "delete" => removed.push(o.instance.clone()),
             _ => {}
         }

@@ -77,7 +77,18 @@ fn unreadable(path: &Path, message: String) -> ConfigError {
 }
 
 const TOP_KEYS: &[&str] = &["daemon", "groups"];
-const DAEMON_KEYS: &[&str] = &["interval", "memory_source"];
+const DAEMON_KEYS: &[&str] = &[
+    "interval",
+    "memory_source",
+    "resync",
+    "max_parallel_actions",
+];
+
+/// The largest warm pool accepted per group.
+pub const WARM_POOL_MAX: u32 = 100;
+
+/// The most actions of one pass that may run at once.
+pub const PARALLEL_MAX: u32 = 64;
 
 /// The longest interval, stabilization window and grace period accepted: beyond a day a value
 /// is a typo, and far beyond it would overflow the clock.
@@ -100,6 +111,7 @@ pub const GROUP_KEYS: &[&str] = &[
     "stop_timeout",
     "unhealthy_grace",
     "restart_backoff",
+    "warm_pool",
     "allow_privileged",
 ];
 
@@ -180,6 +192,20 @@ fn daemon(c: &mut Collector, mut t: Fields) -> DaemonSpec {
     {
         d.interval = interval;
     }
+    if let Some(resync) = t.duration_within(c, "resync", Duration::from_secs(10), DURATION_MAX) {
+        d.resync = resync;
+    }
+    if let Some((n, span)) = t.count(c, "max_parallel_actions") {
+        if (1..=PARALLEL_MAX).contains(&n) {
+            d.max_parallel_actions = n as usize;
+        } else {
+            c.error(
+                Some(span),
+                &t.key("max_parallel_actions"),
+                format!("{n} is out of range: must be from 1 to {PARALLEL_MAX}"),
+            );
+        }
+    }
     if let Some((s, span)) = t.string(c, "memory_source") {
         d.memory_source = match s.as_str() {
             "auto" => MemorySourceKind::Auto,
@@ -230,6 +256,16 @@ fn group(
                 Some(span.clone()),
                 &t.key(key),
                 "must be at least 1 (leave it out for no limit)",
+            );
+        }
+    }
+    let warm_pool = t.count(c, "warm_pool");
+    if let Some((n, span)) = &warm_pool {
+        if *n > WARM_POOL_MAX {
+            c.error(
+                Some(span.clone()),
+                &t.key("warm_pool"),
+                format!("{n} is out of range: must be at most {WARM_POOL_MAX}"),
             );
         }
     }
@@ -356,6 +392,7 @@ fn group(
         unhealthy_grace: secs(grace, 300),
         restart_backoff: secs(restart_backoff, 10),
         interval,
+        warm_pool: warm_pool.map_or(0, |(n, _)| n),
         name,
     })
 }

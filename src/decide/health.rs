@@ -72,6 +72,8 @@ pub(super) enum Class {
     },
     /// Unhealthy past the grace period: removed.
     Expired,
+    /// Stopped in the warm pool: neither capacity nor unhealthy.
+    Warm,
 }
 
 impl Class {
@@ -94,6 +96,14 @@ impl Class {
                     ..
                 }
                 | Class::Suspect { .. }
+        )
+    }
+
+    /// Does not count as capacity because something is wrong with it.
+    pub(super) fn is_unhealthy(self) -> bool {
+        matches!(
+            self,
+            Class::Retire | Class::Unhealthy { .. } | Class::Expired
         )
     }
 }
@@ -119,6 +129,11 @@ fn doubled(base: Duration, times: u32) -> Duration {
         .min(RESTART_BACKOFF_MAX)
 }
 
+/// A stopped member of the warm pool (one found running was started by someone: it serves).
+fn is_warm(inst: &ObservedInstance) -> bool {
+    inst.warm && inst.status == InstanceStatus::Stopped
+}
+
 /// An instance in `status` since `since` counts as unhealthy: in Error at once, frozen or in a
 /// transition after [`UNHEALTHY_CONFIRM`].
 fn confirmed(status: InstanceStatus, since: Instant, now: Instant) -> bool {
@@ -133,6 +148,9 @@ impl Tracked {
         inst: &ObservedInstance,
         now: Instant,
     ) -> Option<Note> {
+        if is_warm(inst) {
+            return None;
+        }
         match inst.status {
             s if s.is_healthy() => {
                 self.ran = true;
@@ -186,6 +204,9 @@ impl Tracked {
 
     /// What the instance is worth now (after [`Tracked::observe`]).
     pub(super) fn class(&self, spec: &GroupSpec, inst: &ObservedInstance, now: Instant) -> Class {
+        if is_warm(inst) {
+            return Class::Warm;
+        }
         match inst.status {
             s if s.is_healthy() => Class::Healthy,
             InstanceStatus::Stopped => {

@@ -293,3 +293,61 @@ fn backoffs_double_up_to_their_cap() {
         crate::model::RESTART_BACKOFF_MAX
     );
 }
+
+fn warm(n: i64) -> ObservedInstance {
+    ObservedInstance {
+        warm: true,
+        ..unmeasured(InstanceStatus::Stopped, n)
+    }
+}
+
+#[test]
+fn the_warm_pool_is_filled_used_first_and_never_counted() {
+    let s = GroupSpec {
+        warm_pool: 2,
+        ..spec(1, 5, 50.0)
+    };
+    // Empty pool: filled, after everything else.
+    let (mut h, now) = settled(1);
+    let p = decide(&s, &obs(&[40.0]), &mut h, now);
+    assert_eq!(p.actions, vec![Action::CreateWarm, Action::CreateWarm]);
+    // A full pool is neither capacity nor measured nor restarted.
+    let o = group(vec![at(40.0, 1), warm(2), warm(3)]);
+    let p = decide(&s, &o, &mut h, now);
+    assert_eq!((p.current, p.warm, p.unhealthy), (1, 2, 0));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // Scale-up to 3: the two warm ones (oldest first) are started, the pool refilled.
+    let o = group(vec![at(100.0, 1), warm(3), warm(2)]);
+    let p = decide(&s, &o, &mut h, now);
+    assert_eq!(p.desired, 2);
+    assert_eq!(
+        p.actions,
+        vec![
+            Action::Promote {
+                name: "web-2".into(),
+                cause: Cause::ScaleUp
+            },
+            Action::CreateWarm,
+        ]
+    );
+    // Scale-down never puts a running instance back in the pool; a smaller pool shrinks.
+    let s0 = GroupSpec {
+        warm_pool: 1,
+        scale_down_stabilization: Duration::ZERO,
+        ..spec(1, 5, 50.0)
+    };
+    let (mut h, now) = settled(2);
+    let o = group(vec![at(1.0, 1), at(1.0, 2), warm(3), warm(4)]);
+    let p = decide(&s0, &o, &mut h, now);
+    let remove = |n: &str, cause| Action::Remove {
+        name: n.into(),
+        cause,
+    };
+    assert_eq!(
+        p.actions,
+        vec![
+            remove("web-2", Cause::ScaleDown),
+            remove("web-3", Cause::WarmPool)
+        ]
+    );
+}

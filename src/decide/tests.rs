@@ -30,6 +30,7 @@ pub(super) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         unhealthy_grace: Duration::from_secs(300),
         restart_backoff: Duration::from_secs(10),
         interval: Duration::from_secs(15),
+        warm_pool: 0,
     }
 }
 
@@ -40,6 +41,7 @@ pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
         status: InstanceStatus::Running,
         created_at: created,
         since_start: Some(Duration::from_secs(3600)),
+        warm: false,
         memory: Some(Memory {
             usage: (percent * MIB as f64) as u64,
             limit: 100 * MIB,
@@ -53,6 +55,7 @@ pub(super) fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstan
         status,
         created_at: created,
         since_start: Some(Duration::from_secs(3600)),
+        warm: false,
         memory: None,
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! Every request has a timeout. Asynchronous answers are followed to their operation, which is
 //! waited for with `/wait`, whose body (not its HTTP status, always 200) says how it ended.
+//! `/1.0/metrics` is the one answer that is not JSON: Prometheus text, read by
+//! [`crate::memory::from_metrics`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -85,6 +87,7 @@ impl UnixClient {
         what: &str,
     ) -> Result<(StatusCode, Envelope), IncusError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(%method, path, "request to Incus");
         let mut req = self
             .http
             .request(method, format!("http://incus{path}"))
@@ -280,6 +283,24 @@ impl Incus for UnixClient {
             .await
     }
 
+    async fn set_config(
+        &self,
+        project: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), IncusError> {
+        let path = format!("/1.0/instances/{}?project={}", enc(name), enc(project));
+        let body = serde_json::json!({ "config": { key: value } });
+        self.operation(
+            Method::PATCH,
+            &path,
+            Some(&body),
+            &format!("setting {key} on {name}"),
+        )
+        .await
+    }
+
     async fn memory_state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError> {
         let path = format!(
             "/1.0/instances/{}/state?project={}",
@@ -294,6 +315,54 @@ impl Incus for UnixClient {
         Ok(match (usage, limit) {
             (Some(usage), Some(limit)) if limit > 0 => Some(Memory { usage, limit }),
             _ => None,
+        })
+    }
+
+    async fn memory_metrics(
+        &self,
+        project: &str,
+    ) -> Result<std::collections::HashMap<String, Memory>, IncusError> {
+        let path = format!("/1.0/metrics?project={}", enc(project));
+        let text = self
+            .get_text(&path, &format!("reading the metrics of project {project}"))
+            .await?;
+        Ok(crate::memory::from_metrics(&text, project))
+    }
+}
+
+impl UnixClient {
+    /// Sends a GET whose successful answer is plain text rather than an envelope
+    /// (`/1.0/metrics`); an error still comes as an envelope, read for its message.
+    async fn get_text(&self, path: &str, what: &str) -> Result<String, IncusError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(path, "request to Incus");
+        let transport = |e: reqwest::Error| {
+            IncusError::Transport(Unreachable::from_error(&self.socket, &e, self.timeout))
+        };
+        let resp = self
+            .http
+            .get(format!("http://incus{path}"))
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(transport)?;
+        if status.is_success() {
+            return String::from_utf8(bytes.into()).map_err(|e| IncusError::Decode {
+                what: what.to_owned(),
+                message: e.to_string(),
+            });
+        }
+        let message = serde_json::from_slice::<Envelope>(&bytes)
+            .ok()
+            .map(|env| env.error)
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| status.to_string());
+        Err(IncusError::Api {
+            what: what.to_owned(),
+            status: status.as_u16(),
+            message,
         })
     }
 }

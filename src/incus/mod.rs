@@ -171,8 +171,22 @@ pub trait Incus: Send + Sync {
     ) -> Result<(), IncusError>;
     /// Deletes a stopped instance; returns once the operation finished.
     async fn delete(&self, project: &str, name: &str) -> Result<(), IncusError>;
+    /// Sets one config key of an instance (`PATCH`, other keys untouched).
+    async fn set_config(
+        &self,
+        project: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), IncusError>;
     /// Memory of a running instance from `GET /1.0/instances/NAME/state` (expensive on 6.0).
     async fn memory_state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError>;
+    /// Memory of every running instance of `project` that incusd's metrics cover (those on the
+    /// member asked), by name, from one `GET /1.0/metrics?project=P`. incusd renders every
+    /// running instance of the project for it, as expensive as a `/state` each, then serves
+    /// the answer from a cache for ~8 s; a concurrent rebuild can answer 423. The reading is
+    /// the working set, see [`crate::memory::from_metrics`].
+    async fn memory_metrics(&self, project: &str) -> Result<HashMap<String, Memory>, IncusError>;
 }
 
 #[cfg(test)]

@@ -153,6 +153,11 @@ impl ProxyHandle {
     }
 
     /// Removes every rule (and its counters): everything is forwarded again.
+    /// The rules in force, in order.
+    pub fn rules(&self) -> Vec<Rule> {
+        self.lock().iter().map(|s| s.rule.clone()).collect()
+    }
+
     pub fn clear(&self) {
         self.lock().clear();
     }

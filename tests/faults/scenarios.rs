@@ -21,7 +21,9 @@ fn scale_downs(log: &str) -> usize {
 }
 
 /// A group at 2 is asked for 3 while `rules` hold for [`FAULT_WINDOW`]; then the faults stop.
-fn proxied(name: &'static str, tag: &str, rules: Vec<Rule>) {
+/// With `relist`, the connections are cut first (an incusd restart, as the daemon sees it), so
+/// the daemon must list again, through the faults.
+fn proxied(name: &'static str, tag: &str, rules: Vec<Rule>, relist: bool) {
     let mut w = World::new(name, tag, true);
     let g = w.lab.group.clone();
     w.start(&desired(&g, 2, 4, ""));
@@ -29,6 +31,13 @@ fn proxied(name: &'static str, tag: &str, rules: Vec<Rule>) {
     w.add_sentinels();
     for r in rules {
         w.faults().add(r);
+    }
+    if relist {
+        let rules: Vec<Rule> = w.faults().rules();
+        w.cut_connections();
+        for r in rules {
+            w.faults().add(r);
+        }
     }
     w.lab.reload(&desired(&g, 3, 4, ""));
     hold(FAULT_WINDOW);
@@ -47,6 +56,7 @@ fn http_500_on_every_list() {
         "HTTP 500 on every list",
         "f500",
         vec![Rule::new("/1.0/instances?", Fault::Status(500)).method("GET")],
+        true,
     );
 }
 
@@ -57,6 +67,7 @@ fn http_503_on_every_create() {
         "HTTP 503 on every create",
         "f503",
         vec![Rule::new("/1.0/instances", Fault::Status(503)).method("POST")],
+        false,
     );
 }
 
@@ -67,6 +78,7 @@ fn http_423_on_every_third_request() {
         "423 Locked on every 3rd request",
         "f423",
         vec![Rule::new("/1.0", Fault::Status(423)).times(Times::Every(3))],
+        true,
     );
 }
 
@@ -77,6 +89,7 @@ fn connection_reset_on_every_second_request() {
         "connection reset on every 2nd request",
         "freset",
         vec![Rule::new("/1.0", Fault::Reset).times(Times::Every(2))],
+        true,
     );
 }
 
@@ -87,6 +100,7 @@ fn lists_slower_than_the_client_timeout() {
         "lists slower than the 1 s client timeout",
         "fslow",
         vec![Rule::new("/1.0/instances?", Fault::Delay(Duration::from_secs(3))).method("GET")],
+        true,
     );
 }
 
@@ -97,6 +111,7 @@ fn truncated_list_answers() {
         "truncated JSON on every list",
         "ftrunc",
         vec![Rule::new("/1.0/instances?", Fault::TruncateUpstream).method("GET")],
+        true,
     );
 }
 
@@ -107,6 +122,7 @@ fn invalid_json_on_instance_reads() {
         "invalid JSON on every instance read",
         "fjson",
         vec![Rule::new("/1.0/instances/", Fault::Body("not json at all".into())).method("GET")],
+        false,
     );
 }
 
@@ -117,6 +133,7 @@ fn operations_reported_failed_after_they_happened() {
         "operations done, but /wait says Failure",
         "fop",
         vec![Rule::new("/wait", Fault::OperationFailure)],
+        false,
     );
 }
 
@@ -128,8 +145,11 @@ fn memory_readings_fail_while_a_scale_down_is_due() {
     w.start(&desired(&g, 3, 4, ""));
     w.converge(3, MINUTE);
     w.add_sentinels();
+    // Every way the daemon reads memory over the API fails.
     w.faults()
         .add(Rule::new("/state", Fault::Status(500)).method("GET"));
+    w.faults()
+        .add(Rule::new("/1.0/metrics", Fault::Status(500)).method("GET"));
     let before = scale_downs(&w.lab.log());
     // Idle instances, min 1: only the missing readings hold the group at 3.
     w.lab.reload(&desired(&g, 1, 4, ""));

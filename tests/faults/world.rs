@@ -31,7 +31,7 @@ pub struct World {
     pub name: &'static str,
     pub proxy: Option<Proxy>,
     /// Runs the proxy (dropped after it).
-    _rt: tokio::runtime::Runtime,
+    rt: tokio::runtime::Runtime,
     /// Instances the daemon must never touch, with their status at the start.
     sentinels: Vec<(String, String)>,
 }
@@ -53,9 +53,21 @@ impl World {
             lab,
             name,
             proxy,
-            _rt: rt,
+            rt,
             sentinels: Vec::new(),
         }
+    }
+
+    /// Restarts the proxy (as an incusd restart would look): every open connection, the
+    /// event stream included, is cut, so the daemon reconnects and lists afresh. Rules are lost.
+    pub fn cut_connections(&mut self) {
+        let old = self.proxy.take().expect("a proxied world");
+        let path = old.path().to_path_buf();
+        self.rt.block_on(old.stop());
+        self.proxy = Some(
+            self.rt
+                .block_on(async { Proxy::start(&path, INCUS_SOCKET.as_ref()) }),
+        );
     }
 
     pub fn faults(&self) -> ProxyHandle {
@@ -114,12 +126,10 @@ impl World {
     /// the daemon's, GROUP-xxxxxx, that are stopped or not the group's own). `None` while
     /// Incus lists an instance without its config (it does during some operations).
     fn snapshot(&self) -> Option<Snapshot> {
-        let json = incus_ok(&["list", "-f", "json"]);
-        let list: serde_json::Value = serde_json::from_str(&json).unwrap();
         let prefix = format!("{}-", self.lab.group);
         let mut own = Vec::new();
         let mut orphans = Vec::new();
-        for i in list.as_array()? {
+        for i in &instances("default") {
             let name = i["name"].as_str()?;
             if !name.starts_with(&prefix) || self.is_sentinel(name) {
                 continue;
@@ -168,6 +178,7 @@ impl World {
         // Leftovers: stopped instances of the group, or instances named like the daemon's
         // that are not the group's own.
         let (own, orphans) = self.snapshot().unwrap_or_default();
+        let cache = self.cache_agrees();
         let log = self.lab.log();
         let panics = count_lines(&log, &["panicked"]);
         let alive = self
@@ -184,6 +195,9 @@ impl World {
         eprint!("{row}");
         report(&row);
         assert!(alive, "the daemon died\n{log}");
+        if let Err(e) = cache {
+            panic!("{e}\n{log}");
+        }
         assert_eq!(self.lab.terminate(), Some(0), "{}", self.lab.log());
         assert_eq!(touched, 0, "unmanaged instances touched\n{log}");
         assert!(
@@ -198,12 +212,68 @@ impl World {
     }
 }
 
+impl World {
+    /// Asks the daemon for its cache (SIGUSR1) and compares the group's part of it with a
+    /// fresh `incus list` (names and statuses), a few times until they agree.
+    fn cache_agrees(&self) -> Result<(), String> {
+        let Some(child) = &self.lab.daemon else {
+            return Err("no daemon".into());
+        };
+        let prefix = format!("{}-", self.lab.group);
+        let mut last = String::new();
+        // Up to ~10 s: an instance created behind the daemon's back is read a settle time
+        // (3 s) later.
+        for _ in 0..40 {
+            let before = self.lab.log_count(&["cache: project default:"]);
+            std::process::Command::new("kill")
+                .args(["-USR1", &child.id().to_string()])
+                .status()
+                .unwrap();
+            eventually(
+                &self.lab,
+                "the cache dumped",
+                Duration::from_secs(10),
+                || self.lab.log_count(&["cache: project default:"]) > before,
+            );
+            let log = self.lab.log();
+            let line = log
+                .lines()
+                .rev()
+                .find(|l| l.contains("cache: project default:"))
+                .unwrap_or_default();
+            let inside = line
+                .split_once('[')
+                .and_then(|(_, r)| r.split_once(']'))
+                .map_or("", |(l, _)| l);
+            let mut cached: Vec<String> = inside
+                .split(", ")
+                .filter(|e| e.starts_with(&prefix))
+                .map(str::to_owned)
+                .collect();
+            let mut fresh: Vec<String> = instances("default")
+                .iter()
+                .filter(|i| i["config"][KEY].is_string())
+                .filter_map(|i| {
+                    let name = i["name"].as_str()?;
+                    name.starts_with(&prefix)
+                        .then(|| format!("{name} {}", i["status"].as_str().unwrap_or("")))
+                })
+                .collect();
+            cached.sort();
+            fresh.sort();
+            if cached == fresh {
+                return Ok(());
+            }
+            last = format!("the cache {cached:?} differs from a fresh list {fresh:?}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Err(last)
+    }
+}
+
 /// An instance's status as `incus list` shows it (`RUNNING`, `STOPPED`, …).
 pub fn status(name: &str) -> String {
-    let out = incus_ok(&["list", name, "-f", "csv", "-c", "ns"]);
-    out.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name},")).map(str::to_owned))
-        .unwrap_or_default()
+    status_in("default", name)
 }
 
 /// Appends a row to the report CI prints after the suite.

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use incus_hpa::events::{EventSource, EventStream, Lifecycle};
 use incus_hpa::incus::{CreateInstance, Incus, IncusError, Instance, StateChange};
 use incus_hpa::memory::MemorySource;
 use incus_hpa::model::{Memory, GROUP_KEY, OWNER_KEY, UUID_KEY};
@@ -42,6 +43,21 @@ struct State {
     unreachable: bool,
     /// The next creation meets a person's instance of the same name ("already exists").
     collide: bool,
+    /// Followers of the lifecycle events.
+    followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
+}
+
+impl State {
+    /// Tells the followers, as Incus' event stream does.
+    fn emit(&mut self, action: &str, name: &str, old_name: Option<&str>) {
+        let ev = Lifecycle {
+            project: "default".into(),
+            action: format!("instance-{action}"),
+            name: name.into(),
+            old_name: old_name.map(str::to_owned),
+        };
+        self.followers.retain(|f| f.send(ev.clone()).is_ok());
+    }
 }
 
 /// The fake server. Memory readings are set per instance; new instances read `default_memory`.
@@ -100,6 +116,7 @@ impl FakeIncus {
                     memory: None,
                 },
             );
+            s.emit("created", name, None);
         });
     }
 
@@ -124,6 +141,7 @@ impl FakeIncus {
             s.clock += 1;
             i.created = s.clock;
             s.instances.insert(to.into(), i);
+            s.emit("created", to, None);
         });
     }
 
@@ -132,12 +150,22 @@ impl FakeIncus {
         self.with(|s| {
             let i = s.instances.remove(from).unwrap();
             s.instances.insert(to.into(), i);
+            s.emit("renamed", to, Some(from));
         });
     }
 
     /// Sets an instance's status behind the daemon's back (`incus pause`, a crash…).
     pub fn set_status(&self, name: &str, status: &str) {
-        self.with(|s| s.instances.get_mut(name).unwrap().status = status.into());
+        self.with(|s| {
+            s.instances.get_mut(name).unwrap().status = status.into();
+            let action = match status {
+                "Frozen" => "paused",
+                "Stopped" => "stopped",
+                "Running" => "started",
+                _ => "updated",
+            };
+            s.emit(action, name, None);
+        });
     }
 
     /// Sets or removes a config key behind the daemon's back (`incus config set/unset`).
@@ -147,7 +175,8 @@ impl FakeIncus {
             match value {
                 Some(v) => c.insert(key.into(), v.into()),
                 None => c.remove(key),
-            }
+            };
+            s.emit("updated", name, None);
         });
     }
 
@@ -168,7 +197,10 @@ impl FakeIncus {
 
     /// Deletes an instance behind the daemon's back.
     pub fn remove(&self, name: &str) {
-        self.with(|s| s.instances.remove(name));
+        self.with(|s| {
+            s.instances.remove(name);
+            s.emit("deleted", name, None);
+        });
     }
 
     pub fn set_down(&self, down: bool) {
@@ -249,9 +281,11 @@ impl Incus for FakeIncus {
                 .iter()
                 .filter(|(_, i)| i.project == project)
                 .filter(|(_, i)| {
-                    i.config
-                        .get(key)
-                        .is_some_and(|v| v.eq_ignore_ascii_case(value))
+                    // Like Incus: an anchored, case-insensitive pattern (only `.+` and plain
+                    // values are used).
+                    i.config.get(key).is_some_and(|v| {
+                        (value == ".+" && !v.is_empty()) || v.eq_ignore_ascii_case(value)
+                    })
                 })
                 .map(|(n, i)| to_api(n, i))
                 .collect()
@@ -325,6 +359,13 @@ impl Incus for FakeIncus {
                     memory: if ok { memory } else { None },
                 },
             );
+            s.emit("created", &req.name, None);
+            if ok && req.start {
+                s.emit("started", &req.name, None);
+                if image == CRASHES {
+                    s.emit("stopped", &req.name, None);
+                }
+            }
             if ok {
                 Ok(())
             } else {
@@ -349,7 +390,7 @@ impl Incus for FakeIncus {
                 .instances
                 .get_mut(name)
                 .ok_or_else(|| api(404, "not found"))?;
-            match change {
+            let events: &[&str] = match change {
                 StateChange::Start if fail => {
                     return Err(IncusError::Operation {
                         what: "start".into(),
@@ -358,14 +399,21 @@ impl Incus for FakeIncus {
                 }
                 StateChange::Start => {
                     i.last_start = Some(std::time::SystemTime::now());
-                    i.status = if i.image == CRASHES {
-                        "Stopped"
+                    if i.image == CRASHES {
+                        i.status = "Stopped".into();
+                        &["started", "stopped"]
                     } else {
-                        "Running"
+                        i.status = "Running".into();
+                        &["started"]
                     }
-                    .into();
                 }
-                StateChange::Stop { .. } => i.status = "Stopped".into(),
+                StateChange::Stop { .. } => {
+                    i.status = "Stopped".into();
+                    &["stopped"]
+                }
+            };
+            for action in events {
+                s.emit(action, name, None);
             }
             Ok(())
         })
@@ -378,14 +426,47 @@ impl Incus for FakeIncus {
             Some(i) if i.status == "Running" => Err(api(400, "Instance is running")),
             Some(_) => {
                 s.instances.remove(name);
+                s.emit("deleted", name, None);
                 Ok(())
             }
+        })
+    }
+
+    async fn set_config(
+        &self,
+        _project: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), IncusError> {
+        self.call("set_config")?;
+        self.with(|s| {
+            let i = s
+                .instances
+                .get_mut(name)
+                .ok_or_else(|| api(404, "not found"))?;
+            i.config.insert(key.into(), value.into());
+            s.emit("updated", name, None);
+            Ok(())
         })
     }
 
     async fn memory_state(&self, _project: &str, name: &str) -> Result<Option<Memory>, IncusError> {
         self.call("memory_state")?;
         Ok(self.with(|s| s.instances.get(name).and_then(|i| i.memory)))
+    }
+
+    async fn memory_metrics(&self, project: &str) -> Result<HashMap<String, Memory>, IncusError> {
+        self.call("memory_metrics")?;
+        // Like incusd: every running (or frozen) instance of the project that has a reading.
+        Ok(self.with(|s| {
+            s.instances
+                .iter()
+                .filter(|(_, i)| i.project == project)
+                .filter(|(_, i)| matches!(i.status.as_str(), "Running" | "Ready" | "Frozen"))
+                .filter_map(|(n, i)| Some((n.clone(), i.memory?)))
+                .collect()
+        }))
     }
 }
 
@@ -413,5 +494,35 @@ fn to_api(name: &str, i: &FakeInstance) -> Instance {
             |t| humantime::format_rfc3339_nanos(t).to_string(),
         ),
         project: i.project.clone(),
+    }
+}
+
+#[async_trait]
+impl EventSource for FakeIncus {
+    async fn connect(&self) -> Result<EventStream, String> {
+        self.call("events").map_err(|e| e.to_string())?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        self.with(|s| s.followers.push(tx));
+        Ok(Box::pin(futures_util::stream::poll_fn(move |cx| {
+            rx.poll_recv(cx).map(|ev| ev.map(Ok))
+        })))
+    }
+}
+
+impl FakeIncus {
+    /// Ends every event stream (as a restart of incusd does).
+    pub fn drop_followers(&self) {
+        self.with(|s| s.followers.clear());
+    }
+
+    /// The instances carrying a group key, (name, status), as a fresh list would show them.
+    pub fn listing(&self) -> Vec<(String, String)> {
+        self.with(|s| {
+            s.instances
+                .iter()
+                .filter(|(_, i)| i.config.contains_key(GROUP_KEY))
+                .map(|(n, i)| (n.clone(), i.status.clone()))
+                .collect()
+        })
     }
 }

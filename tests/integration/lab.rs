@@ -42,20 +42,30 @@ pub fn require_incus() {
     }
 }
 
+/// Every instance of `project`, as `GET /1.0/instances?recursion=1` gives them (name, status,
+/// config, created_at). Never `incus list` or `incus info`: they render every instance's state
+/// (recursion 2), which on Incus 6.0 can stall starts running at the same time for 90 s.
+pub fn instances(project: &str) -> Vec<serde_json::Value> {
+    let json = incus_ok(&[
+        "query",
+        &format!("/1.0/instances?recursion=1&project={project}"),
+    ]);
+    match serde_json::from_str(&json).unwrap() {
+        serde_json::Value::Array(list) => list,
+        other => panic!("not a list of instances: {other}"),
+    }
+}
+
 /// Every instance with `KEY` exactly `group`: (name, status), oldest first.
 pub fn managed(group: &str) -> Vec<(String, String)> {
-    let json = incus_ok(&["list", "-f", "json"]);
-    let list: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let mut out: Vec<(String, String, String)> = list
-        .as_array()
-        .unwrap()
+    let mut out: Vec<(String, String, String)> = instances("default")
         .iter()
         .filter(|i| i["config"][KEY].as_str() == Some(group))
         .map(|i| {
             (
                 i["created_at"].as_str().unwrap_or("").to_owned(),
-                i["name"].as_str().unwrap().to_owned(),
-                i["status"].as_str().unwrap().to_owned(),
+                i["name"].as_str().unwrap_or("").to_owned(),
+                i["status"].as_str().unwrap_or("").to_owned(),
             )
         })
         .collect();
@@ -71,8 +81,21 @@ pub fn running(group: &str) -> usize {
         .count()
 }
 
+/// An instance's status in capitals, as `incus list` shows it (`RUNNING`, `STOPPED`…); empty
+/// when it does not exist.
+pub fn status_in(project: &str, name: &str) -> String {
+    instances(project)
+        .iter()
+        .find(|i| i["name"].as_str() == Some(name))
+        .and_then(|i| i["status"].as_str())
+        .unwrap_or("")
+        .to_uppercase()
+}
+
 pub fn exists(name: &str) -> bool {
-    incus(&["info", name]).status.success()
+    instances("default")
+        .iter()
+        .any(|i| i["name"].as_str() == Some(name))
 }
 
 /// The `-c` arguments that make `name` an instance the daemon created for `group` (as a crash
@@ -269,10 +292,10 @@ impl Drop for Lab {
         let mut quiet_since = Instant::now();
         while Instant::now() < deadline && quiet_since.elapsed() < Duration::from_secs(2) {
             let mut names: Vec<String> = managed(&self.group).into_iter().map(|(n, _)| n).collect();
-            let listed = incus(&["list", "-f", "csv", "-c", "n"]);
             names.extend(
-                String::from_utf8_lossy(&listed.stdout)
-                    .lines()
+                instances("default")
+                    .iter()
+                    .filter_map(|i| i["name"].as_str())
                     .filter(|n| n.starts_with(&prefix))
                     .map(str::to_owned),
             );

@@ -3,6 +3,7 @@
 
 mod cli;
 mod fake;
+mod informer;
 mod lab;
 mod props;
 mod real_incus;

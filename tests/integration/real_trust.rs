@@ -27,19 +27,17 @@ impl Project {
 
 impl Drop for Project {
     fn drop(&mut self) {
-        let list = incus(&["list", "--project", &self.0, "-f", "csv", "-c", "n"]);
-        for n in String::from_utf8_lossy(&list.stdout).lines() {
-            let _ = incus(&["delete", "--force", "--project", &self.0, n]);
+        for i in instances(&self.0) {
+            if let Some(n) = i["name"].as_str() {
+                let _ = incus(&["delete", "--force", "--project", &self.0, n]);
+            }
         }
         let _ = incus(&["project", "delete", &self.0]);
     }
 }
 
 fn status(name: &str) -> String {
-    let out = incus_ok(&["list", name, "-f", "csv", "-c", "ns"]);
-    out.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name},")).map(str::to_owned))
-        .unwrap_or_default()
+    status_in("default", name)
 }
 
 /// The instances of the group that the daemon itself created: those whose name has its
@@ -123,8 +121,7 @@ fn real_copies_imports_renames_moves_and_detached_instances_are_never_touched() 
         );
     }
     assert_eq!(status(&detached), "RUNNING", "{}", lab.log());
-    let moved = incus_ok(&["list", "--project", &project.0, "-f", "csv", "-c", "ns"]);
-    assert_eq!(moved.trim(), format!("{b},STOPPED"), "{}", lab.log());
+    assert_eq!(status_in(&project.0, &b), "STOPPED", "{}", lab.log());
     let log = lab.log();
     assert!(log.contains(&format!("it is a copy of {a}")), "{log}");
     assert!(

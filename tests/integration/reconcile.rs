@@ -182,7 +182,8 @@ async fn a_bad_reload_keeps_the_last_good_state_and_a_removed_group_is_left_alon
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_finishes_the_action_in_flight_and_starts_no_new_one() {
-    let h = Harness::start(&web(5, 5), Arc::new(FakeIncus::default()));
+    let one_at_a_time = web(5, 5).replace("[daemon]", "[daemon]\nmax_parallel_actions = 1");
+    let h = Harness::start(&one_at_a_time, Arc::new(FakeIncus::default()));
     // Creations take 200 ms each: ask to stop during the third one.
     run_for(CREATE_TIME * 5 / 2).await;
     let Harness {
@@ -199,6 +200,24 @@ async fn shutdown_finishes_the_action_in_flight_and_starts_no_new_one() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn actions_run_four_at_a_time_and_a_shutdown_lets_those_in_flight_finish() {
+    let h = Harness::start(&web(10, 10), Arc::new(FakeIncus::default()));
+    // Four creations at once (the default), 200 ms each: stop during the second wave.
+    run_for(CREATE_TIME * 3 / 2).await;
+    assert_eq!(h.fake.calls("create"), 8, "two waves of four");
+    let Harness {
+        events, task, fake, ..
+    } = h;
+    events.send(incus_hpa::daemon::Event::Shutdown).unwrap();
+    within(MINUTE, task).await.unwrap();
+    assert_eq!(
+        fake.running("web"),
+        8,
+        "the second wave completed, no third began"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn waiting_for_incus_remembers_a_reload_and_honours_a_shutdown() {
     use incus_hpa::daemon::{wait_for_incus, Event, Waited};
     use incus_hpa::reconciler::Context;
@@ -207,6 +226,7 @@ async fn waiting_for_incus_remembers_a_reload_and_honours_a_shutdown() {
     let memory = fake.clone();
     let ctx = Context {
         incus: fake.clone(),
+        store: Default::default(),
         memory: std::sync::Arc::new(move |_| memory.clone()),
         stop: Default::default(),
     };

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use incus_hpa::config;
 use incus_hpa::daemon::{run_loop, Event};
+use incus_hpa::events::follow;
+use incus_hpa::informer::Store;
 use incus_hpa::model::{DesiredState, MemorySourceKind};
 use incus_hpa::reconciler::Context;
 use tokio::sync::mpsc::UnboundedSender;
@@ -19,6 +21,8 @@ use crate::fake::FakeIncus;
 /// A running daemon loop over a fake Incus, reading its desired state from a temp file.
 pub struct Harness {
     pub fake: Arc<FakeIncus>,
+    /// The informer's cache the loop reads.
+    pub store: Arc<Store>,
     /// The memory sources the loop asked for, in order.
     pub sources: Arc<std::sync::Mutex<Vec<MemorySourceKind>>>,
     pub events: UnboundedSender<Event>,
@@ -38,8 +42,10 @@ impl Harness {
         let memory = fake.clone();
         let sources = Arc::new(std::sync::Mutex::new(Vec::new()));
         let asked = sources.clone();
+        let store = Arc::new(Store::default());
         let ctx = Context {
             incus: fake.clone(),
+            store: store.clone(),
             memory: Arc::new(move |kind| {
                 asked.lock().unwrap().push(kind);
                 memory.clone()
@@ -47,6 +53,12 @@ impl Harness {
             stop,
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(follow(
+            fake.clone(),
+            fake.clone(),
+            store.clone(),
+            tx.clone(),
+        ));
         let path = file.clone();
         let task = tokio::spawn(run_loop(
             ctx,
@@ -56,6 +68,7 @@ impl Harness {
         ));
         Self {
             fake,
+            store,
             sources,
             events: tx,
             task,
@@ -70,8 +83,22 @@ impl Harness {
         self.events.send(Event::Reload).unwrap();
     }
 
-    /// Sends a shutdown and returns the desired state the loop ended with.
+    /// Checks that the cache agrees with a fresh list (once the events in flight are in), sends
+    /// a shutdown and returns the desired state the loop ended with.
     pub async fn shutdown(self) -> DesiredState {
+        let cached = || self.store.snapshot().remove("default").unwrap_or_default();
+        // An instance created behind the daemon's back is read a settle time later.
+        let within = incus_hpa::informer::CREATED_SETTLE + Duration::from_secs(5);
+        let deadline = tokio::time::Instant::now() + within;
+        while self.store.follows("default") && cached() != self.fake.listing() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the cache {:?} differs from a fresh list {:?}",
+                cached(),
+                self.fake.listing()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         self.events.send(Event::Shutdown).unwrap();
         self.task.await.unwrap()
     }

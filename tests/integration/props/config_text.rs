@@ -331,6 +331,9 @@ fn good(key: &str) -> BoxedStrategy<String> {
             (1u32..6).prop_map(|n| n.to_string()).boxed()
         }
         "allow_privileged" => select_str(&["true", "false"]),
+        "warm_pool" => (0u32..=config::WARM_POOL_MAX)
+            .prop_map(|n| n.to_string())
+            .boxed(),
         other => unreachable!("no good value for {other}"),
     }
 }
@@ -632,6 +635,12 @@ fn check_state(state: &DesiredState) -> Result<(), TestCaseError> {
         prop_assert!(g.max >= 1, "max {}", g.max);
         prop_assert!(g.max <= incus_hpa::model::MAX_INSTANCES, "max {}", g.max);
         prop_assert!(
+            g.warm_pool <= config::WARM_POOL_MAX,
+            "warm_pool {}",
+            g.warm_pool
+        );
+        prop_assert_eq!(g.interval, interval, "the daemon's interval");
+        prop_assert!(
             (1.0..=100.0).contains(&g.memory_threshold),
             "memory_threshold {}",
             g.memory_threshold
@@ -781,6 +790,10 @@ const BOUNDS: &[(&str, &str, bool)] = &[
     ("stop_timeout", "\"2m\"", true),
     ("stop_timeout", "\"120s 1ns\"", false),
     ("stop_timeout", "\"24h\"", false),
+    ("warm_pool", "0", true),
+    ("warm_pool", "100", true),
+    ("warm_pool", "101", false),
+    ("warm_pool", "-1", false),
     ("restart_backoff", "\"100ms\"", true),
     ("restart_backoff", "\"99ms\"", false),
     ("restart_backoff", "\"0s\"", false),

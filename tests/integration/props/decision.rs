@@ -43,6 +43,8 @@ fn spec_toml() -> BoxedStrategy<String> {
                 if let Some(s) = down_step {
                     t.push_str(&format!("max_scale_down_step = {s}\n"));
                 }
+                // Some groups keep a warm pool (the interval's digits pick its size).
+                t.push_str(&format!("warm_pool = {}\n", interval % 4));
                 t.push_str("\n[groups.web.config]\n\"limits.memory\" = \"64MiB\"\n");
                 t
             },
@@ -214,6 +216,8 @@ fn observation(p: &Pass) -> Observation {
                 created_at: i.created_at,
                 since_start: i.since_start,
                 memory: i.memory,
+                // Every fifth instance carries the warm-pool key (it matters when stopped).
+                warm: (n + p.offset) % 5 == 4,
             })
             .collect(),
         foreign: Vec::new(),
@@ -235,17 +239,31 @@ fn check_plan(
         spec.min,
         spec.max
     );
+    // Promotions from the warm pool are creations too, as far as capacity goes.
     let creates = plan
         .actions
         .iter()
-        .filter(|a| matches!(a, Action::Create { .. }))
+        .filter(|a| matches!(a, Action::Create { .. } | Action::Promote { .. }))
         .count();
     prop_assert!(creates <= max, "{creates} creations, max {max}");
+    let refills = plan
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::CreateWarm))
+        .count();
+    prop_assert!(
+        refills <= spec.warm_pool as usize,
+        "{refills} refills, pool {}",
+        spec.warm_pool
+    );
 
     let names: BTreeSet<&str> = obs.instances.iter().map(|i| i.name.as_str()).collect();
     let mut touched = BTreeSet::new();
     for a in &plan.actions {
-        if let Action::Start { name, .. } | Action::Remove { name, .. } = a {
+        if let Action::Start { name, .. }
+        | Action::Remove { name, .. }
+        | Action::Promote { name, .. } = a
+        {
             prop_assert!(
                 names.contains(name.as_str()),
                 "{a:?} names no observed instance"
@@ -256,9 +274,10 @@ fn check_plan(
                 plan.actions
             );
         }
-        if let Action::Start { name, .. } = a {
+        if let Action::Start { name, .. } | Action::Promote { name, .. } = a {
             let i = obs.instances.iter().find(|i| &i.name == name).unwrap();
             prop_assert_eq!(i.status, InstanceStatus::Stopped, "{:?}", a);
+            prop_assert_eq!(i.warm, matches!(a, Action::Promote { .. }), "{:?}", a);
         }
     }
 
@@ -270,7 +289,7 @@ fn check_plan(
     prop_assert_eq!(plan.healthy as usize, healthy);
     prop_assert!(plan.current >= plan.healthy);
     prop_assert_eq!(
-        (plan.current + plan.unhealthy) as usize,
+        (plan.current + plan.unhealthy + plan.warm) as usize,
         obs.instances.len()
     );
     prop_assert_eq!(plan.previous, previous.unwrap_or(plan.current));

@@ -1,26 +1,12 @@
-//! Where memory readings come from, behind one trait so that cheaper sources can be added.
-//!
-//! - [`CgroupSource`] reads the container's cgroup files on this host: no request to incusd at
-//!   all, and the working set (usage minus inactive page cache, as the kubelet computes it),
-//!   so an instance whose cache is full still scales down.
-//! - [`ApiSource`] asks `GET /1.0/instances/NAME/state`: works for any incusd, but costs it
-//!   ~40 ms of CPU per instance on 6.0 and counts page cache as used.
-//! - [`AutoSource`] uses the cgroup files and falls back to the API for each instance they miss.
+//! Memory from the container's cgroup files on this host (v1 or v2): no request to incusd at
+//! all, and the working set (usage minus inactive page cache, as the kubelet computes it).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::incus::Incus;
-use crate::model::{Memory, MemorySourceKind};
-
-/// Reads memory for running instances. `None` for an instance means "unknown": the decision
-/// core never scales down on it.
-#[async_trait]
-pub trait MemorySource: Send + Sync {
-    async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>>;
-}
+use super::MemorySource;
+use crate::model::Memory;
 
 /// Memory from the local cgroup tree (v1 or v2), with an injectable root for tests.
 pub struct CgroupSource {
@@ -93,67 +79,6 @@ impl CgroupSource {
 impl MemorySource for CgroupSource {
     async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>> {
         names.iter().map(|n| self.read_one(project, n)).collect()
-    }
-}
-
-/// Memory from the Incus API, one `/state` request per instance.
-pub struct ApiSource {
-    incus: Arc<dyn Incus>,
-}
-
-impl ApiSource {
-    pub fn new(incus: Arc<dyn Incus>) -> Self {
-        Self { incus }
-    }
-}
-
-#[async_trait]
-impl MemorySource for ApiSource {
-    async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>> {
-        let reads = names.iter().map(|n| self.incus.memory_state(project, n));
-        futures_util::future::join_all(reads)
-            .await
-            .into_iter()
-            .map(|r| r.ok().flatten())
-            .collect()
-    }
-}
-
-/// The cgroup files first, the API for the instances they do not cover.
-pub struct AutoSource {
-    cgroup: CgroupSource,
-    api: ApiSource,
-}
-
-#[async_trait]
-impl MemorySource for AutoSource {
-    async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>> {
-        let mut out = self.cgroup.read(project, names).await;
-        let missing: Vec<String> = names
-            .iter()
-            .zip(&out)
-            .filter(|(_, m)| m.is_none())
-            .map(|(n, _)| n.clone())
-            .collect();
-        if !missing.is_empty() {
-            let mut fallback = self.api.read(project, &missing).await.into_iter();
-            for slot in out.iter_mut().filter(|m| m.is_none()) {
-                *slot = fallback.next().flatten();
-            }
-        }
-        out
-    }
-}
-
-/// Builds the source the configuration asks for.
-pub fn source(kind: MemorySourceKind, incus: Arc<dyn Incus>) -> Arc<dyn MemorySource> {
-    match kind {
-        MemorySourceKind::Cgroup => Arc::new(CgroupSource::system()),
-        MemorySourceKind::Api => Arc::new(ApiSource::new(incus)),
-        MemorySourceKind::Auto => Arc::new(AutoSource {
-            cgroup: CgroupSource::system(),
-            api: ApiSource::new(incus),
-        }),
     }
 }
 

@@ -1,0 +1,152 @@
+//! What the benchmarks share: CPU clocks (incusd's and this process's), creating and removing
+//! a group of busybox instances the way the daemon would, and a guard that removes them even
+//! when a benchmark panics.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt};
+use incus_hpa::incus::client::{UnixClient, DEFAULT_SOCKET};
+use incus_hpa::incus::{Incus, StateChange};
+use incus_hpa::model::{GroupName, GroupSpec, GROUP_KEY};
+
+/// The CPU time (user + system) incusd has used so far: all its threads, and the helpers it
+/// forks and reaps (`incusd forknet …` renders each instance's state: most of the cost).
+pub fn incusd_cpu() -> Duration {
+    let pid = incusd_pid();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("incusd's stat");
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // utime, stime, cutime, cstime
+    let ticks: f64 = f[11..=14]
+        .iter()
+        .map(|v| v.parse::<f64>().expect("a CPU time"))
+        .sum();
+    Duration::from_secs_f64(ticks / 100.0) // USER_HZ
+}
+
+/// incusd itself, not one of its `incusd fork…` helpers.
+pub fn incusd_pid() -> String {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .find(|pid| {
+            let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let mut argv = cmd.split('\0');
+            argv.next()
+                .is_some_and(|a| a.ends_with("/incusd") || a == "incusd")
+                && !argv
+                    .next()
+                    .is_some_and(|a| a.starts_with("fork") || a == "callhook")
+        })
+        .expect("no incusd process found: run scripts/setup-incus.sh")
+}
+
+/// This process's CPU time, to the nanosecond.
+pub fn own_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// The median of some measurements.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub fn client() -> Arc<UnixClient> {
+    let socket = std::env::var("INCUS_SOCKET").unwrap_or_else(|_| DEFAULT_SOCKET.into());
+    Arc::new(UnixClient::new(&socket).expect("client"))
+}
+
+/// A group as the benchmarks configure it: busybox, 64 MiB, 1 s interval.
+pub fn spec(group: &str, image: &str) -> GroupSpec {
+    GroupSpec {
+        name: GroupName::parse(group).expect("name"),
+        min: 0,
+        max: 1000,
+        memory_threshold: 50.0,
+        tolerance: 0.1,
+        image: image.into(),
+        instance_prefix: format!("{group}-"),
+        profiles: vec!["default".into()],
+        project: "default".into(),
+        config: BTreeMap::from([("limits.memory".into(), "64MiB".into())]),
+        scale_down_stabilization: Duration::from_secs(300),
+        scale_up_stabilization: Duration::ZERO,
+        max_scale_up_step: None,
+        max_scale_down_step: None,
+        stop_timeout: Duration::from_secs(1),
+        unhealthy_grace: Duration::from_secs(300),
+        restart_backoff: Duration::from_secs(10),
+        interval: Duration::from_secs(1),
+        warm_pool: 0,
+    }
+}
+
+/// The group's instances, as Incus lists them (exact key).
+pub async fn members(incus: &dyn Incus, group: &str) -> Vec<(String, String)> {
+    incus
+        .list_by_config("default", GROUP_KEY, group)
+        .await
+        .expect("list")
+        .into_iter()
+        .filter(|i| i.config.get(GROUP_KEY).map(String::as_str) == Some(group))
+        .map(|i| (i.name, i.status))
+        .collect()
+}
+
+/// Creates instances for the group, as the daemon would (owned), until it has `n`, 4 at a time.
+pub async fn fill(incus: &dyn Incus, spec: &GroupSpec, n: usize) {
+    let have = members(incus, spec.name.as_str()).await.len();
+    stream::iter(have..n)
+        .for_each_concurrent(4, |_| async {
+            let name = incus_hpa::act::new_name(&spec.instance_prefix);
+            let req =
+                incus_hpa::act::create_request(spec, &name, &incus_hpa::act::new_uuid(), false);
+            incus.create("default", &req).await.expect("create");
+        })
+        .await;
+}
+
+/// Stops and deletes every instance of the group, 8 at a time.
+pub async fn empty(incus: &dyn Incus, group: &str) {
+    let names: Vec<String> = members(incus, group)
+        .await
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    stream::iter(names)
+        .for_each_concurrent(8, |name| async move {
+            let stop = StateChange::Stop {
+                timeout: Duration::from_secs(10),
+                force: true,
+            };
+            let _ = incus.change_state("default", &name, stop).await;
+            let _ = incus.delete("default", &name).await;
+        })
+        .await;
+}
+
+/// Removes every instance of `group` when dropped (with the CLI: it may run while unwinding).
+pub struct Cleanup(pub String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let out = std::process::Command::new("incus")
+            .args(["list", "-f", "csv", "-c", "n"])
+            .output();
+        let Ok(out) = out else { return };
+        let prefix = format!("{}-", self.0);
+        for name in String::from_utf8_lossy(&out.stdout).lines() {
+            if name.starts_with(&prefix) {
+                let _ = std::process::Command::new("incus")
+                    .args(["delete", "--force", name])
+                    .output();
+            }
+        }
+    }
+}

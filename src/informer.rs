@@ -1,0 +1,378 @@
+//! The informer: a local copy of the instances that carry a group key, per project, kept up to
+//! date by Incus' lifecycle events, so that a steady pass asks nothing of incusd. It is the
+//! Kubernetes informer pattern (the first seed): list once, then watch, resync rarely.
+//!
+//! - A project is listed (one filtered `recursion=1` request) the first time a group of it is
+//!   observed, again whenever the event stream (re)connects (events may have been missed), and
+//!   again every `[daemon] resync` as a guard against anything missed.
+//! - Each lifecycle event about an instance of a listed project reads that one instance again
+//!   (`instance-deleted` drops it); the daemon's own actions write their result in at once.
+//! - `instance-created` is the exception: reading an instance the moment it is created can stall
+//!   its start on Incus 6.0 (measured here: `forkstart` hangs until the 90 s start timeout, and
+//!   the starts under way with it). It is read [`CREATED_SETTLE`] later, and only when nothing
+//!   newer was heard of it by then (`incus launch` is read at its `instance-started`).
+//! - Every read takes a ticket before it is sent; a write with an older ticket than the entry's
+//!   loses, and a removal leaves a tombstone, so a slow read can never bring back an instance
+//!   that a later one saw gone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::incus::{Incus, IncusError, Instance};
+use crate::model::GROUP_KEY;
+
+/// How long after its `instance-created` an instance is read, when no other event about it
+/// came first (an `incus copy` or `incus create`, which no start follows).
+pub const CREATED_SETTLE: Duration = Duration::from_secs(3);
+
+/// One lifecycle event about an instance, as the event stream reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lifecycle {
+    pub project: String,
+    /// `instance-started`, `instance-deleted`…
+    pub action: String,
+    pub name: String,
+    /// The name before an `instance-renamed`.
+    pub old_name: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    ticket: u64,
+    /// `None`: gone (or no longer in any group), kept so that older reads lose.
+    instance: Option<Instance>,
+}
+
+#[derive(Debug, Default)]
+struct Project {
+    /// When the project was last listed; `None` until then, or after an invalidation.
+    listed: Option<Instant>,
+    entries: BTreeMap<String, Entry>,
+}
+
+/// The cache, shared by the event follower, the observer and the actor.
+#[derive(Debug, Default)]
+pub struct Store {
+    projects: Mutex<HashMap<String, Project>>,
+    tickets: AtomicU64,
+    requests: AtomicU64,
+}
+
+impl Store {
+    /// A ticket for a read about to be sent.
+    pub fn ticket(&self) -> u64 {
+        self.tickets.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Project>) -> T) -> T {
+        f(&mut self.projects.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The project's instances carrying a group key, when its listing is fresh (less than
+    /// `resync` old); `None` when it must be listed.
+    pub fn instances(
+        &self,
+        project: &str,
+        now: Instant,
+        resync: Duration,
+    ) -> Option<Vec<Instance>> {
+        self.with(|p| {
+            let p = p.get(project)?;
+            let listed = p.listed?;
+            (now.saturating_duration_since(listed) < resync).then(|| {
+                p.entries
+                    .values()
+                    .filter_map(|e| e.instance.clone())
+                    .collect()
+            })
+        })
+    }
+
+    /// Takes in a listing of the project, read with `ticket`, at `now`.
+    pub fn listed(&self, project: &str, ticket: u64, instances: Vec<Instance>, now: Instant) {
+        self.with(|p| {
+            let p = p.entry(project.to_owned()).or_default();
+            // Entries written after the listing was sent stay; everything else is replaced.
+            p.entries.retain(|_, e| e.ticket > ticket);
+            for i in instances {
+                p.entries.entry(i.name.clone()).or_insert(Entry {
+                    ticket,
+                    instance: Some(i),
+                });
+            }
+            p.listed = Some(now);
+        })
+    }
+
+    /// Takes in what a read of one instance, sent with `ticket`, found (`None`: gone). Only for
+    /// projects already listed; a read older than what is known loses.
+    pub fn put(&self, project: &str, name: &str, ticket: u64, found: Option<Instance>) {
+        let found = found.filter(|i| i.config.contains_key(GROUP_KEY));
+        self.with(|p| {
+            let Some(p) = p.get_mut(project) else {
+                return;
+            };
+            match p.entries.get(name) {
+                Some(e) if e.ticket > ticket => {}
+                _ => {
+                    p.entries.insert(
+                        name.to_owned(),
+                        Entry {
+                            ticket,
+                            instance: found,
+                        },
+                    );
+                }
+            }
+        })
+    }
+
+    /// True when the project is being followed (it was listed).
+    pub fn follows(&self, project: &str) -> bool {
+        self.with(|p| p.contains_key(project))
+    }
+
+    /// Every project is to be listed again before it is used (the event stream reconnected:
+    /// events may have been missed).
+    pub fn invalidate_all(&self) {
+        self.with(|p| p.values_mut().for_each(|p| p.listed = None));
+    }
+
+    /// One project is to be listed again before it is used.
+    pub fn invalidate(&self, project: &str) {
+        self.with(|p| {
+            if let Some(p) = p.get_mut(project) {
+                p.listed = None;
+            }
+        })
+    }
+
+    /// Every cached instance, by project: (name, status), for comparisons and dumps.
+    pub fn snapshot(&self) -> BTreeMap<String, Vec<(String, String)>> {
+        self.with(|p| {
+            p.iter()
+                .map(|(project, p)| {
+                    let live = p
+                        .entries
+                        .iter()
+                        .filter_map(|(n, e)| Some((n.clone(), e.instance.as_ref()?.status.clone())))
+                        .collect();
+                    (project.clone(), live)
+                })
+                .collect()
+        })
+    }
+
+    /// How many requests the store has made Incus answer (lists and reads).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// The project's instances carrying a group key: from the cache when fresh, else listed
+    /// (one request) and cached.
+    pub async fn list(
+        &self,
+        incus: &dyn Incus,
+        project: &str,
+        now: Instant,
+        resync: Duration,
+    ) -> Result<Vec<Instance>, IncusError> {
+        if let Some(cached) = self.instances(project, now, resync) {
+            return Ok(cached);
+        }
+        let ticket = self.ticket();
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        // The server-side filter is a pattern: `.+` is "has the key".
+        let listed = incus.list_by_config(project, GROUP_KEY, ".+").await?;
+        self.listed(project, ticket, listed.clone(), now);
+        Ok(self
+            .instances(project, now, Duration::MAX)
+            .unwrap_or(listed))
+    }
+
+    /// Reads `name` again and takes in what is found (after the daemon acted on it).
+    pub async fn refresh(&self, incus: &dyn Incus, project: &str, name: &str) {
+        if !self.follows(project) {
+            return;
+        }
+        let ticket = self.ticket();
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match incus.get(project, name).await {
+            Ok(found) => self.put(project, name, ticket, found),
+            // Not known: list the project again before trusting it.
+            Err(_) => self.invalidate(project),
+        }
+    }
+
+    /// True when something about `name` was written with a ticket newer than `ticket`.
+    fn written_since(&self, project: &str, name: &str, ticket: u64) -> bool {
+        self.with(|p| {
+            p.get(project)
+                .and_then(|p| p.entries.get(name))
+                .is_some_and(|e| e.ticket > ticket)
+        })
+    }
+
+    /// Takes in one lifecycle event (see the module's header for `instance-created`).
+    pub async fn apply(self: &Arc<Self>, incus: &Arc<dyn Incus>, ev: &Lifecycle) {
+        if !self.follows(&ev.project) {
+            return;
+        }
+        if ev.action == "instance-created" {
+            let ticket = self.ticket();
+            let (store, incus) = (Arc::clone(self), Arc::clone(incus));
+            let (project, name) = (ev.project.clone(), ev.name.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(CREATED_SETTLE).await;
+                if !store.written_since(&project, &name, ticket) {
+                    store.refresh(incus.as_ref(), &project, &name).await;
+                }
+            });
+            return;
+        }
+        if let Some(old) = &ev.old_name {
+            let ticket = self.ticket();
+            self.put(&ev.project, old, ticket, None);
+        }
+        if ev.action == "instance-deleted" {
+            let ticket = self.ticket();
+            self.put(&ev.project, &ev.name, ticket, None);
+        } else {
+            self.refresh(incus.as_ref(), &ev.project, &ev.name).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inst(name: &str, status: &str, group: Option<&str>) -> Instance {
+        serde_json::from_value(serde_json::json!({
+            "name": name,
+            "status": status,
+            "config": group.map_or_else(serde_json::Map::new, |g| {
+                let mut m = serde_json::Map::new();
+                m.insert(GROUP_KEY.into(), g.into());
+                m
+            }),
+        }))
+        .unwrap()
+    }
+
+    fn names(s: &Store) -> Vec<(String, String)> {
+        s.snapshot().remove("default").unwrap_or_default()
+    }
+
+    #[test]
+    fn a_listing_is_fresh_until_resync_and_invalidation() {
+        let s = Store::default();
+        let t0 = Instant::now();
+        let resync = Duration::from_secs(300);
+        assert!(s.instances("default", t0, resync).is_none(), "never listed");
+        let t = s.ticket();
+        s.listed(
+            "default",
+            t,
+            vec![inst("web-a", "Running", Some("web"))],
+            t0,
+        );
+        assert_eq!(s.instances("default", t0, resync).unwrap().len(), 1);
+        assert!(s
+            .instances("default", t0 + Duration::from_secs(299), resync)
+            .is_some());
+        assert!(s.instances("default", t0 + resync, resync).is_none());
+        s.invalidate_all();
+        assert!(s.instances("default", t0, resync).is_none());
+    }
+
+    #[test]
+    fn an_older_read_never_overwrites_a_newer_one_nor_brings_back_the_gone() {
+        let s = Store::default();
+        let t0 = Instant::now();
+        s.listed("default", s.ticket(), vec![], t0);
+        let slow = s.ticket();
+        let fast = s.ticket();
+        s.put(
+            "default",
+            "web-a",
+            fast,
+            Some(inst("web-a", "Running", Some("web"))),
+        );
+        s.put(
+            "default",
+            "web-a",
+            slow,
+            Some(inst("web-a", "Stopped", Some("web"))),
+        );
+        assert_eq!(names(&s), vec![("web-a".into(), "Running".into())]);
+        let gone = s.ticket();
+        s.put("default", "web-a", gone, None);
+        s.put(
+            "default",
+            "web-a",
+            fast,
+            Some(inst("web-a", "Running", Some("web"))),
+        );
+        assert_eq!(names(&s), vec![]);
+        // A detached instance (no group key) leaves the cache.
+        s.put(
+            "default",
+            "web-b",
+            s.ticket(),
+            Some(inst("web-b", "Running", Some("web"))),
+        );
+        s.put(
+            "default",
+            "web-b",
+            s.ticket(),
+            Some(inst("web-b", "Running", None)),
+        );
+        assert_eq!(names(&s), vec![]);
+    }
+
+    #[test]
+    fn a_listing_keeps_what_was_written_after_it_was_sent() {
+        let s = Store::default();
+        let t0 = Instant::now();
+        let list = s.ticket();
+        s.put("default", "web-new", s.ticket(), None); // not followed yet: ignored
+        s.listed("default", list, vec![], t0);
+        let list = s.ticket();
+        s.put(
+            "default",
+            "web-new",
+            s.ticket(),
+            Some(inst("web-new", "Running", Some("web"))),
+        );
+        s.listed(
+            "default",
+            list,
+            vec![inst("web-old", "Running", Some("web"))],
+            t0,
+        );
+        assert_eq!(
+            names(&s),
+            vec![
+                ("web-new".into(), "Running".into()),
+                ("web-old".into(), "Running".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn events_of_projects_not_followed_are_ignored() {
+        let s = Store::default();
+        s.put(
+            "other",
+            "x",
+            s.ticket(),
+            Some(inst("x", "Running", Some("web"))),
+        );
+        assert!(s.snapshot().is_empty());
+    }
+}

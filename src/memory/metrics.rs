@@ -1,0 +1,298 @@
+//! The Prometheus text of `GET /1.0/metrics`: a small tolerant parser ([`parse_sample`]) and
+//! the working set of each instance of a project ([`from_metrics`]).
+
+use std::collections::HashMap;
+
+use crate::model::Memory;
+
+/// The metric names [`from_metrics`] reads.
+const METRIC_TOTAL: &str = "incus_memory_MemTotal_bytes";
+const METRIC_FREE: &str = "incus_memory_MemFree_bytes";
+const METRIC_INACTIVE_FILE: &str = "incus_memory_Inactive_file_bytes";
+
+/// The working set of each instance of `project` in a `GET /1.0/metrics` answer, by name.
+///
+/// For a container incusd writes `MemTotal` = the effective limit (`limits.memory`, at most the
+/// host's memory), `MemFree` = limit − the cgroup's usage (`memory.usage_in_bytes` or
+/// `memory.current`, page cache included) and `Inactive_file` = the cgroup's
+/// `total_inactive_file` or `inactive_file`. So usage = `MemTotal` − `MemFree`, and the
+/// reading is usage − `Inactive_file` with `MemTotal` as the limit: the same working set as
+/// [`CgroupSource`], so page cache that the kernel can drop does not hold a group up.
+/// (`Cached_bytes` would also subtract active cache, which is in use; `RSS_bytes` exists on
+/// cgroup v1 only and leaves out shmem and tmpfs, which do count against the limit.)
+///
+/// An instance lacks a reading when `MemTotal` or `MemFree` is missing or not a number, or
+/// when `MemFree` exceeds `MemTotal`: incusd writes usage −1 when it could not read it.
+pub fn from_metrics(text: &str, project: &str) -> HashMap<String, Memory> {
+    #[derive(Default)]
+    struct Fields {
+        total: Option<f64>,
+        free: Option<f64>,
+        inactive: Option<f64>,
+    }
+    let mut by_name: HashMap<String, Fields> = HashMap::new();
+    for s in text.lines().filter_map(parse_sample) {
+        if !matches!(s.name, METRIC_TOTAL | METRIC_FREE | METRIC_INACTIVE_FILE)
+            || s.label("project").is_some_and(|p| p != project)
+        {
+            continue;
+        }
+        let Some(name) = s.label("name") else {
+            continue;
+        };
+        let f = by_name.entry(name.to_owned()).or_default();
+        let slot = match s.name {
+            METRIC_TOTAL => &mut f.total,
+            METRIC_FREE => &mut f.free,
+            _ => &mut f.inactive,
+        };
+        *slot = Some(s.value);
+    }
+    by_name
+        .into_iter()
+        .filter_map(|(name, f)| Some((name, working_set(f.total?, f.free?, f.inactive)?)))
+        .collect()
+}
+
+/// Usage minus inactive file cache from the metrics' fields; see [`from_metrics`].
+fn working_set(total: f64, free: f64, inactive: Option<f64>) -> Option<Memory> {
+    if !(total.is_finite() && free.is_finite() && total >= 1.0 && (0.0..=total).contains(&free)) {
+        return None;
+    }
+    let usage = total - free;
+    let inactive = inactive
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .unwrap_or(0.0);
+    Some(Memory {
+        usage: (usage - inactive.min(usage)).round() as u64,
+        limit: total.round() as u64,
+    })
+}
+
+/// One sample of the Prometheus text format: `name{label="value",…} value [timestamp]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample<'a> {
+    pub name: &'a str,
+    /// Label names and their unescaped values, in the order written.
+    pub labels: Vec<(&'a str, String)>,
+    pub value: f64,
+}
+
+impl Sample<'_> {
+    /// The value of label `key`, if the sample has it.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses one line of the Prometheus text format: `None` for a blank line, a comment (`# HELP`,
+/// `# TYPE`, `# EOF`…) or anything malformed, which costs only that line. Label values may
+/// hold `\\`, `\"` and `\n` escapes, `,` and `}`; values are Go floats (`1.5e+09`, `NaN`,
+/// `+Inf`); a trailing timestamp is ignored.
+pub fn parse_sample(line: &str) -> Option<Sample<'_>> {
+    let line = line.trim();
+    if line.starts_with('#') {
+        return None;
+    }
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let end = line.find(|c: char| !is_name(c)).unwrap_or(line.len());
+    let (name, mut rest) = line.split_at(end);
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let mut labels = Vec::new();
+    if let Some(r) = rest.trim_start().strip_prefix('{') {
+        rest = r;
+        loop {
+            rest = rest.trim_start();
+            if let Some(r) = rest.strip_prefix('}') {
+                rest = r;
+                break;
+            }
+            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+            let (key, r) = rest.split_at(end);
+            if key.is_empty() {
+                return None;
+            }
+            let r = r.trim_start().strip_prefix('=')?.trim_start();
+            let (value, r) = quoted(r.strip_prefix('"')?)?;
+            labels.push((key, value));
+            let r = r.trim_start();
+            rest = match r.strip_prefix(',') {
+                Some(r) => r,
+                None if r.starts_with('}') => r,
+                None => return None,
+            };
+        }
+    }
+    let value = rest.split_whitespace().next()?.parse().ok()?;
+    Some(Sample {
+        name,
+        labels,
+        value,
+    })
+}
+
+/// A label value after its opening quote: the unescaped value and what follows the closing
+/// quote, or `None` when it does not close.
+fn quoted(s: &str) -> Option<(String, &str)> {
+    let mut value = String::new();
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((value, &s[i + 1..])),
+            '\\' => match chars.next()?.1 {
+                'n' => value.push('\n'),
+                other => value.push(other),
+            },
+            c => value.push(c),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_parse_with_labels_exponents_and_timestamps() {
+        let s = parse_sample(
+            r#"incus_memory_MemTotal_bytes{name="web-a",project="default",type="container"} 6.7108864e+07"#,
+        )
+        .unwrap();
+        assert_eq!(s.name, "incus_memory_MemTotal_bytes");
+        assert_eq!(s.label("name"), Some("web-a"));
+        assert_eq!(s.label("type"), Some("container"));
+        assert_eq!(s.label("nope"), None);
+        assert_eq!(s.value, 67_108_864.0);
+        let t = parse_sample("up 1 1700000000000").unwrap();
+        assert_eq!((t.name, t.labels.len(), t.value), ("up", 0, 1.0));
+        // Blanks around tokens, a trailing comma, empty braces, a trailing \r.
+        let u = parse_sample("  m { a = \"1\" , b=\"2\", }\t-3.5E-1\r").unwrap();
+        assert_eq!(u.labels, vec![("a", "1".into()), ("b", "2".into())]);
+        assert_eq!(u.value, -0.35);
+        assert_eq!(parse_sample("m{} 2").unwrap().value, 2.0);
+    }
+
+    #[test]
+    fn label_values_unescape_and_may_hold_separators() {
+        let s = parse_sample(r#"m{path="C:\\dir",say="a \"b\", c}",nl="x\ny"} 1"#).unwrap();
+        assert_eq!(s.label("path"), Some(r"C:\dir"));
+        assert_eq!(s.label("say"), Some(r#"a "b", c}"#));
+        assert_eq!(s.label("nl"), Some("x\ny"));
+    }
+
+    #[test]
+    fn special_values_parse_as_go_writes_them() {
+        let v = |line: &str| parse_sample(line).map(|s| s.value);
+        assert!(v("m NaN").unwrap().is_nan());
+        assert_eq!(v("m +Inf"), Some(f64::INFINITY));
+        assert_eq!(v("m -Inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(v("m 2.4684084001e+10"), Some(24_684_084_001.0));
+        assert_eq!(v("m 1e3"), Some(1000.0));
+    }
+
+    #[test]
+    fn comments_blanks_and_garbage_are_skipped() {
+        for line in [
+            "",
+            "   ",
+            "# HELP incus_memory_MemFree_bytes The amount of free memory.",
+            "# TYPE incus_memory_MemFree_bytes gauge",
+            "# EOF",
+            "m",
+            "m{a=\"1\"}",
+            "m{a=\"unterminated} 1",
+            "m{a=1} 1",
+            "m{a=\"1\" b=\"2\"} 1",
+            "m{=\"1\"} 1",
+            "m{a=\"1\"} one",
+            "9m 1",
+            "{a=\"1\"} 1",
+            "m 0x10",
+        ] {
+            assert_eq!(parse_sample(line), None, "{line:?}");
+        }
+    }
+
+    /// Lines as incusd 6.0.4 writes them, with the instances' other metrics around.
+    const METRICS: &str = r#"# HELP incus_cpu_seconds_total The total number of CPU time used in seconds.
+# TYPE incus_cpu_seconds_total counter
+incus_cpu_seconds_total{cpu="0",mode="system",name="web-a",project="default",type="container"} 0.05
+# HELP incus_memory_Inactive_file_bytes The amount of file-backed memory on inactive LRU list.
+# TYPE incus_memory_Inactive_file_bytes gauge
+incus_memory_Inactive_file_bytes{name="web-a",project="default",type="container"} 1.048576e+07
+incus_memory_Inactive_file_bytes{name="web-b",project="default",type="container"} 0
+
+# HELP incus_memory_MemFree_bytes The amount of free memory.
+# TYPE incus_memory_MemFree_bytes gauge
+incus_memory_MemFree_bytes{name="web-a",project="default",type="container"} 3.3554432e+07
+incus_memory_MemFree_bytes{name="web-b",project="default",type="container"} 6.0817408e+07
+incus_memory_MemFree_bytes{name="broken",project="default",type="container"} 2.4684084001e+10
+incus_memory_MemFree_bytes{name="web-a",project="other",type="container"} 1
+# HELP incus_memory_MemTotal_bytes The amount of used memory.
+# TYPE incus_memory_MemTotal_bytes gauge
+incus_memory_MemTotal_bytes{name="web-a",project="default",type="container"} 6.7108864e+07
+incus_memory_MemTotal_bytes{name="web-b",project="default",type="container"} 6.7108864e+07
+incus_memory_MemTotal_bytes{name="broken",project="default",type="container"} 2.4684084e+10
+incus_memory_MemTotal_bytes{name="nofree",project="default",type="container"} 6.7108864e+07
+incus_memory_MemTotal_bytes{name="nan",project="default",type="container"} NaN
+incus_memory_MemFree_bytes{name="nan",project="default",type="container"} 1
+incus_memory_MemTotal_bytes{name="web-a",project="other",type="container"} 2
+incus_memory_RSS_bytes{name="web-a",project="default",type="container"} 1.2e+07
+incus_uptime_seconds 643.678511837
+# EOF
+"#;
+
+    #[test]
+    fn metrics_give_the_working_set_of_each_instance_of_the_project() {
+        let m = from_metrics(METRICS, "default");
+        // usage 32 MiB, of which 10 MiB inactive cache: 22 MiB of 64 MiB.
+        assert_eq!(
+            m.get("web-a"),
+            Some(&Memory {
+                usage: 22 << 20,
+                limit: 64 << 20
+            })
+        );
+        assert_eq!(
+            m.get("web-b"),
+            Some(&Memory {
+                usage: 6 << 20,
+                limit: 64 << 20
+            })
+        );
+        // Usage unreadable (MemFree = MemTotal + 1), MemFree missing, MemTotal not a number.
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(
+            from_metrics(METRICS, "other").get("web-a"),
+            Some(&Memory { usage: 1, limit: 2 })
+        );
+        assert!(from_metrics("# EOF\n", "default").is_empty());
+    }
+
+    #[test]
+    fn cache_larger_than_usage_reads_zero() {
+        assert_eq!(
+            working_set(100.0, 40.0, Some(80.0)),
+            Some(Memory {
+                usage: 0,
+                limit: 100
+            })
+        );
+        assert_eq!(
+            working_set(100.0, 40.0, Some(f64::NAN)),
+            Some(Memory {
+                usage: 60,
+                limit: 100
+            })
+        );
+        assert_eq!(working_set(0.0, 0.0, None), None);
+        assert_eq!(working_set(100.0, -1.0, None), None);
+        assert_eq!(working_set(f64::INFINITY, 1.0, None), None);
+    }
+}

@@ -1,0 +1,94 @@
+//! Where memory readings come from, behind one trait so that cheaper sources can be added.
+//!
+//! - [`CgroupSource`] reads the container's cgroup files on this host: no request to incusd at
+//!   all, and the working set (usage minus inactive page cache, as the kubelet computes it),
+//!   so an instance whose cache is full still scales down.
+//! - [`ApiSource`] asks incusd, which works from anywhere but costs it ~40 ms of CPU per
+//!   running instance it renders on 6.0. It reads either one `GET /1.0/metrics?project=P`
+//!   (every running instance of the project in one request, the same working set as the
+//!   cgroup files, see [`from_metrics`]; incusd caches it ~8 s) or one
+//!   `GET /1.0/instances/NAME/state` per instance (only the group's, but page cache counts as
+//!   used), whichever the pure [`plan`] finds cheaper from what the source last saw of the
+//!   project's metrics. A metrics failure (423 while another request rebuilds them) and any
+//!   instance the metrics lack fall back to `/state`.
+//! - [`AutoSource`] uses the cgroup files and falls back to the API for each instance they miss.
+//!
+//! The Prometheus text of `/1.0/metrics` is read by [`parse_sample`], a small tolerant parser:
+//! the `prometheus-parse` crate splits label values on `,` and `=` without unescaping, and the
+//! other parsers on crates.io are LGPL or single unproven releases.
+
+mod api;
+mod cgroup;
+mod metrics;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::incus::Incus;
+use crate::model::{Memory, MemorySourceKind};
+pub use api::{plan, ApiSource, LastMetrics, Plan};
+pub use cgroup::CgroupSource;
+pub use metrics::{from_metrics, parse_sample, Sample};
+
+/// Reads memory for running instances. `None` for an instance means "unknown": the decision
+/// core never scales down on it.
+#[async_trait]
+pub trait MemorySource: Send + Sync {
+    async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>>;
+}
+
+/// The cgroup files first, the API for the instances they do not cover.
+pub struct AutoSource {
+    cgroup: CgroupSource,
+    api: ApiSource,
+}
+
+#[async_trait]
+impl MemorySource for AutoSource {
+    async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>> {
+        let out = self.cgroup.read(project, names).await;
+        fill_missing(out, names, |missing| async move {
+            self.api.read(project, &missing).await
+        })
+        .await
+    }
+}
+
+/// Completes `out` (one slot per name) with what `fallback` reads for the names it lacks.
+pub(crate) async fn fill_missing<F, Fut>(
+    mut out: Vec<Option<Memory>>,
+    names: &[String],
+    fallback: F,
+) -> Vec<Option<Memory>>
+where
+    F: FnOnce(Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = Vec<Option<Memory>>>,
+{
+    let missing: Vec<String> = names
+        .iter()
+        .zip(&out)
+        .filter(|(_, m)| m.is_none())
+        .map(|(n, _)| n.clone())
+        .collect();
+    if missing.is_empty() {
+        return out;
+    }
+    let mut found = fallback(missing).await.into_iter();
+    for slot in out.iter_mut().filter(|m| m.is_none()) {
+        *slot = found.next().flatten();
+    }
+    out
+}
+
+/// Builds the source the configuration asks for.
+pub fn source(kind: MemorySourceKind, incus: Arc<dyn Incus>) -> Arc<dyn MemorySource> {
+    match kind {
+        MemorySourceKind::Cgroup => Arc::new(CgroupSource::system()),
+        MemorySourceKind::Api => Arc::new(ApiSource::new(incus)),
+        MemorySourceKind::Auto => Arc::new(AutoSource {
+            cgroup: CgroupSource::system(),
+            api: ApiSource::new(incus),
+        }),
+    }
+}

@@ -1,0 +1,157 @@
+//! The informer against the fake Incus: a steady pass asks nothing of Incus, events keep the
+//! cache right, a lost event stream and the resync period bring a fresh list.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fake::{mem, FakeIncus};
+use crate::util::{eventually, run_for, web, Harness};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Requests that are not memory readings (the fake also serves as the memory source).
+fn requests(fake: &FakeIncus) -> u64 {
+    ["list", "get", "create", "change_state", "delete"]
+        .iter()
+        .map(|c| fake.calls(c))
+        .sum()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_steady_pass_sends_no_request_until_the_resync() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(50.0));
+    let toml = web(3, 5).replace("[daemon]", "[daemon]\nresync = \"1m\"");
+    let h = Harness::start(&toml, fake);
+    eventually("3 running", MINUTE, || h.fake.running("web") == 3).await;
+    run_for(Duration::from_secs(5)).await;
+    let before = requests(&h.fake);
+    let lists = h.fake.calls("list");
+    // 20 passes of 2 s: memory is read, nothing else is asked.
+    run_for(Duration::from_secs(40)).await;
+    assert_eq!(requests(&h.fake), before, "requests on steady passes");
+    // The resync lists once a minute.
+    run_for(MINUTE).await;
+    let relists = h.fake.calls("list") - lists;
+    assert!((1..=2).contains(&relists), "{relists} lists in a minute");
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_behind_its_back_reach_the_cache_by_events() {
+    let fake = Arc::new(FakeIncus::default());
+    let h = Harness::start(&web(2, 3), fake);
+    eventually("2 running", MINUTE, || h.fake.running("web") == 2).await;
+    let lists = h.fake.calls("list");
+    let victim = h.fake.managed("web")[0].0.clone();
+    h.fake.remove(&victim);
+    eventually("replaced", MINUTE, || {
+        h.fake.running("web") == 2 && !h.fake.exists(&victim)
+    })
+    .await;
+    assert_eq!(h.fake.calls("list"), lists, "no list was needed");
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_missed_while_the_stream_was_down_are_caught_by_a_fresh_list() {
+    let fake = Arc::new(FakeIncus::default());
+    let h = Harness::start(&web(2, 3), fake);
+    eventually("2 running", MINUTE, || h.fake.running("web") == 2).await;
+    // The stream drops; a deletion happens while nobody follows.
+    h.fake.drop_followers();
+    let victim = h.fake.managed("web")[0].0.clone();
+    h.fake.remove(&victim);
+    // The follower reconnects (within 5 s), the cache is listed afresh, the group repaired.
+    eventually("replaced after the reconnection", MINUTE, || {
+        h.fake.running("web") == 2 && !h.fake.exists(&victim)
+    })
+    .await;
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn scale_up_starts_the_warm_pool_first_and_refills_it() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(10.0));
+    let toml = web(1, 4).replace("[groups.web.config]", "warm_pool = 2\n[groups.web.config]");
+    let h = Harness::start(&toml, fake);
+    let stopped = |h: &Harness| {
+        h.fake
+            .managed("web")
+            .iter()
+            .filter(|(_, s)| s == "Stopped")
+            .count()
+    };
+    eventually("1 running, 2 warm", MINUTE, || {
+        h.fake.running("web") == 1 && stopped(&h) == 2
+    })
+    .await;
+    let warm: Vec<String> = h
+        .fake
+        .managed("web")
+        .into_iter()
+        .filter(|(_, s)| s == "Stopped")
+        .map(|(n, _)| n)
+        .collect();
+    let creates = h.fake.calls("create");
+    // 1 at 90 % of a 50 % target -> 2: the oldest warm instance starts, the pool refills.
+    let busy = h
+        .fake
+        .managed("web")
+        .into_iter()
+        .find(|(_, s)| s == "Running")
+        .unwrap()
+        .0;
+    h.fake.set_memory(&busy, Some(mem(90.0)));
+    eventually("2 running, the pool full again", MINUTE, || {
+        h.fake.running("web") == 2 && stopped(&h) == 2
+    })
+    .await;
+    let started: Vec<String> = h
+        .fake
+        .managed("web")
+        .into_iter()
+        .filter(|(n, s)| s == "Running" && warm.contains(n))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(started.len(), 1, "a warm instance was started: {started:?}");
+    assert_eq!(
+        h.fake.calls("create"),
+        creates + 1,
+        "one creation: the refill"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_created_instance_is_read_after_it_settles_never_the_moment_it_is_created() {
+    let fake = Arc::new(FakeIncus::default());
+    let h = Harness::start(&web(1, 3), fake);
+    eventually("1 running", MINUTE, || h.fake.running("web") == 1).await;
+    run_for(Duration::from_secs(5)).await;
+    let reads = h.fake.calls("get");
+    // `incus copy`: created, nothing follows. Not read at once; read once it settled.
+    let source = h.fake.managed("web")[0].0.clone();
+    h.fake.copy(&source, "web-copy");
+    run_for(Duration::from_millis(100)).await;
+    assert_eq!(h.fake.calls("get"), reads, "read the moment it was created");
+    let cached = |h: &Harness| {
+        h.store
+            .snapshot()
+            .remove("default")
+            .unwrap_or_default()
+            .iter()
+            .any(|(n, _)| n == "web-copy")
+    };
+    eventually("the copy in the cache", MINUTE, || cached(&h)).await;
+    assert_eq!(h.fake.calls("get"), reads + 1);
+    // `incus launch`: read at its start, and not again when the settle time is over.
+    let reads = h.fake.calls("get");
+    h.fake
+        .add("web-manual", "Stopped", &[("user.incus-hpa.group", "web")]);
+    h.fake.set_status("web-manual", "Running");
+    run_for(incus_hpa::informer::CREATED_SETTLE * 2).await;
+    assert_eq!(h.fake.calls("get"), reads + 1, "read at its start only");
+    h.shutdown().await;
+}
