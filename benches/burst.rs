@@ -7,7 +7,8 @@
 //!      image (`scripts/build-debian-image.sh` builds it, about a minute, when missing).
 //!
 //! Run: `cargo bench --bench burst -- 50` (N, default 50); `PARALLEL=1,2,4,8` for the values of
-//! `max_parallel_actions` to compare. Every instance it makes is removed at the end.
+//! `max_parallel_actions` to compare; `BURST_LOGS=DIR` keeps the daemon's logs, `BURST_LOG` sets
+//! their `RUST_LOG`. Every instance it makes is removed at the end.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -30,48 +31,102 @@ fn toml(group: &str, image: &str, min: u32, max: u32, extra: &str) -> String {
     )
 }
 
-/// `incus-hpa run` on `text`, logging to `log`.
-fn daemon(dir: &Path, text: &str, log: &Path) -> Child {
+/// `incus-hpa run` on `text`, logging to `log`; stopped (SIGTERM) when dropped, a panic
+/// included, so that no daemon outlives the benchmark.
+fn daemon(dir: &Path, text: &str, log: &Path) -> Daemon {
     let file = dir.join("desired-state.toml");
     std::fs::write(&file, text).expect("config");
-    Command::new(env!("CARGO_BIN_EXE_incus-hpa"))
+    let child = Command::new(env!("CARGO_BIN_EXE_incus-hpa"))
         .args(["run", "--config"])
         .arg(&file)
-        .env("RUST_LOG", "incus_hpa=info")
+        .env(
+            "RUST_LOG",
+            std::env::var("BURST_LOG").unwrap_or_else(|_| "incus_hpa=info".into()),
+        )
         .env_remove("JOURNAL_STREAM")
         .env_remove("NOTIFY_SOCKET")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("log"))
         .spawn()
-        .expect("the daemon")
+        .expect("the daemon");
+    Daemon(child)
 }
 
-fn stop(mut child: Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
 }
 
-/// Polls until `group` has `n` running instances.
-async fn until_running(incus: &dyn Incus, group: &str, n: usize, within: Duration) {
+fn stop(child: Daemon) {
+    drop(child);
+}
+
+/// Waits until the daemon's log has `n` lines with every part, then checks on one listing
+/// that `group` has at least `n` running instances. The wait reads the log, not Incus: on
+/// Incus 6.0 rendering an instance while it starts (any list or `/state` of it) can stall its
+/// start until the 90 s start timeout, so polling a list during a burst would measure that.
+async fn until_logged(
+    incus: &dyn Incus,
+    log: &Path,
+    parts: &[&str],
+    group: &str,
+    n: usize,
+    within: Duration,
+) {
     let start = Instant::now();
     loop {
-        let running = members(incus, group)
-            .await
-            .iter()
-            .filter(|(_, s)| s == "Running")
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let done = text
+            .lines()
+            .filter(|l| parts.iter().all(|p| l.contains(p)))
             .count();
-        if running >= n {
-            return;
+        if done >= n {
+            break;
         }
         assert!(
             start.elapsed() < within,
-            "{group}: {running} of {n} running"
+            "{group}: {done} of {n} done\n{text}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let running = members(incus, group)
+        .await
+        .iter()
+        .filter(|(_, s)| s == "Running")
+        .count();
+    assert!(running >= n, "{group}: {running} of {n} running");
+}
+
+const CREATED: &[&str] = &["action=\"create\"", "outcome=\"ok\""];
+
+/// Creates and starts `n` instances of the group, `p` at a time, as the daemon would; returns
+/// how long it took, and removes them.
+async fn raw(
+    incus: &dyn Incus,
+    spec: &incus_hpa::model::GroupSpec,
+    n: usize,
+    p: usize,
+) -> Duration {
+    use futures_util::StreamExt;
+    let t = Instant::now();
+    futures_util::stream::iter(0..n)
+        .for_each_concurrent(p, |_| async {
+            let name = incus_hpa::act::new_name(&spec.instance_prefix);
+            let req =
+                incus_hpa::act::create_request(spec, &name, &incus_hpa::act::new_uuid(), false);
+            incus.create("default", &req).await.expect("create");
+        })
+        .await;
+    let took = t.elapsed();
+    empty(incus, spec.name.as_str()).await;
+    took
 }
 
 fn status_kib(pid: u32, field: &str) -> u64 {
@@ -113,27 +168,32 @@ async fn main() {
         .collect();
     let _cleanup = (Cleanup(GROUP.into()), Cleanup(LATENCY.into()));
     let incus = client();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // BURST_LOGS=DIR keeps the daemon's logs there.
+    let keep = std::env::var_os("BURST_LOGS").map(std::path::PathBuf::from);
+    let dir = keep.as_deref().unwrap_or(tmp.path());
     let spec = spec(GROUP, "busybox");
 
-    // 1. The same N creations one after another, then by the daemon.
-    let t = Instant::now();
-    for _ in 0..n {
-        let name = incus_hpa::act::new_name(&spec.instance_prefix);
-        let req = incus_hpa::act::create_request(&spec, &name, &incus_hpa::act::new_uuid(), false);
-        incus.create("default", &req).await.expect("create");
-    }
-    let sequential = t.elapsed();
-    empty(incus.as_ref(), GROUP).await;
+    // 1. The same N creations one after another, then k at a time straight from the API (the
+    // floor), then by the daemon.
+    let sequential = raw(incus.as_ref(), &spec, n, 1).await;
     println!("| burst 0 → {n} | time | vs one after another |");
     println!("|---|---|---|");
     println!(
         "| one after another | {:.1} s | 1.00× |",
         sequential.as_secs_f64()
     );
+    for p in parallel.iter().filter(|p| **p > 1) {
+        let took = raw(incus.as_ref(), &spec, n, *p).await;
+        println!(
+            "| API, {p} at a time (no daemon) | {:.1} s | {:.2}× |",
+            took.as_secs_f64(),
+            took.as_secs_f64() / sequential.as_secs_f64()
+        );
+    }
     let mut rss = None;
     for (k, p) in parallel.iter().enumerate() {
-        let log = dir.path().join(format!("burst-{p}.log"));
+        let log = dir.join(format!("burst-{p}.log"));
         let text = toml(
             GROUP,
             "busybox",
@@ -142,8 +202,16 @@ async fn main() {
             &format!("max_parallel_actions = {p}"),
         );
         let t = Instant::now();
-        let child = daemon(dir.path(), &text, &log);
-        until_running(incus.as_ref(), GROUP, n, Duration::from_secs(600)).await;
+        let child = daemon(dir, &text, &log);
+        until_logged(
+            incus.as_ref(),
+            &log,
+            CREATED,
+            GROUP,
+            n,
+            Duration::from_secs(600),
+        )
+        .await;
         let took = t.elapsed();
         println!(
             "| daemon, max_parallel_actions = {p} | {:.1} s | {:.2}× |",
@@ -154,8 +222,8 @@ async fn main() {
             // 2. Memory, after a while of steady passes over the N instances.
             tokio::time::sleep(Duration::from_secs(20)).await;
             rss = Some((
-                status_kib(child.id(), "VmRSS:"),
-                status_kib(child.id(), "VmHWM:"),
+                status_kib(child.0.id(), "VmRSS:"),
+                status_kib(child.0.id(), "VmHWM:"),
             ));
         }
         stop(child);
@@ -189,18 +257,17 @@ async fn main() {
     for image in images {
         let mut took = Vec::new();
         for warm in [0, 1] {
-            let log = dir.path().join(format!("latency-{warm}.log"));
+            let log = dir.join(format!("latency-{warm}.log"));
             let text = toml(LATENCY, image, 1, 2, "").replace(
                 "[groups.bench-warm.config]",
                 &format!("warm_pool = {warm}\n[groups.bench-warm.config]"),
             );
-            let child = daemon(dir.path(), &text, &log);
-            until_running(incus.as_ref(), LATENCY, 1, Duration::from_secs(300)).await;
-            // Wait for the pool to be full, then for things to settle.
-            let deadline = Instant::now() + Duration::from_secs(300);
-            while members(incus.as_ref(), LATENCY).await.len() < 1 + warm {
-                assert!(Instant::now() < deadline, "the warm pool never filled");
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            let child = daemon(dir, &text, &log);
+            let minute = Duration::from_secs(60);
+            until_logged(incus.as_ref(), &log, CREATED, LATENCY, 1, minute).await;
+            if warm == 1 {
+                let filled = ["action=\"create-warm\"", "outcome=\"ok\""];
+                until_logged(incus.as_ref(), &log, &filled, LATENCY, 1, minute).await;
             }
             tokio::time::sleep(Duration::from_secs(3)).await;
             let busy = members(incus.as_ref(), LATENCY)
@@ -221,14 +288,26 @@ async fn main() {
                 "{}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            until_running(incus.as_ref(), LATENCY, 2, Duration::from_secs(300)).await;
             let done = if warm == 1 {
-                "from the warm pool"
+                "action=\"promote\""
             } else {
                 "action=\"create\""
             };
-            let decided = logged(&log, &["scaling up"], from).expect("the decision");
-            let running = logged(&log, &[done, "outcome=\"ok\""], decided).expect("the action");
+            let deadline = Instant::now() + Duration::from_secs(300);
+            let (decided, running) = loop {
+                let decided = logged(&log, &["scaling up"], from);
+                let running = decided
+                    .and_then(|d| logged(&log, &[done, "outcome=\"ok\""], d).map(|r| (d, r)));
+                if let Some(both) = running {
+                    break both;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no scale-up\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
             took.push(running.duration_since(decided).unwrap_or_default());
             stop(child);
             empty(incus.as_ref(), LATENCY).await;

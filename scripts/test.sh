@@ -45,6 +45,8 @@ bash scripts/e2e-systemd.sh
 echo "== the README's demo"
 bash lab/demo.sh
 
-echo "== the tick-cost benchmark, smoke run (3 instances, 1 tick)"
+echo "== the benchmarks, smoke runs (3 instances; the README's figures come from bigger runs)"
 TICKS=1 cargo bench --locked --bench tick_cost -- 3
+PARALLEL=2 cargo bench --locked --bench burst -- 3
+REPEAT=1 cargo bench --locked --bench memory_cost -- 3
 echo "all tests passed"

@@ -69,31 +69,24 @@ pub async fn apply(
 
 /// Carries out one action and logs its outcome.
 async fn run(incus: &dyn Incus, store: &Store, spec: &GroupSpec, action: &Action) -> Outcome {
-    let (kind, instance, result) = match action {
-        Action::Create { .. } => {
-            let name = new_name(&spec.instance_prefix);
-            let result = create(incus, store, spec, &name).await;
-            ("create", name, result)
-        }
-        Action::Start { name, .. } => {
-            ("start", name.clone(), start(incus, store, spec, name).await)
-        }
-        Action::Promote { name, .. } => (
-            "promote",
-            name.clone(),
-            promote(incus, store, spec, name).await,
-        ),
-        Action::CreateWarm => {
-            let name = new_name(&spec.instance_prefix);
-            let result = create_as(incus, store, spec, &name, true).await;
-            ("create-warm", name, result)
-        }
-        Action::Remove { name, .. } => (
-            "delete",
-            name.clone(),
-            remove(incus, store, spec, name).await,
-        ),
+    let (kind, instance) = match action {
+        Action::Create { .. } => ("create", new_name(&spec.instance_prefix)),
+        Action::CreateWarm => ("create-warm", new_name(&spec.instance_prefix)),
+        Action::Start { name, .. } => ("start", name.clone()),
+        Action::Promote { name, .. } => ("promote", name.clone()),
+        Action::Remove { name, .. } => ("delete", name.clone()),
     };
+    // Events about the instance are not read while the daemon works on it (it reads the
+    // result itself; a read during a start can stall it on Incus 6.0).
+    store.begin(&spec.project, &instance);
+    let result = match action {
+        Action::Create { .. } => create(incus, store, spec, &instance).await,
+        Action::CreateWarm => create_as(incus, store, spec, &instance, true).await,
+        Action::Start { .. } => start(incus, store, spec, &instance).await,
+        Action::Promote { .. } => promote(incus, store, spec, &instance).await,
+        Action::Remove { .. } => remove(incus, store, spec, &instance).await,
+    };
+    store.end(incus, &spec.project, &instance).await;
     let cause = action.cause();
     match &result {
         Ok(()) => tracing::info!(

@@ -193,15 +193,19 @@ async fn stream(
     tracing::debug!("following Incus lifecycle events");
     while let Some(ev) = stream.next().await {
         let ev = ev?;
-        store.apply(incus, &ev).await;
-        if let Some((project, name)) = wakes(&ev) {
-            if events
-                .send(Event::InstanceChanged { project, name })
-                .is_err()
-            {
-                return Ok(());
-            }
+        if events.is_closed() {
+            return Ok(());
         }
+        // The stream is never left unread while an instance is read: each event is taken in
+        // (and its groups woken, once the cache has it) by a task of its own. Tickets keep the
+        // newest read.
+        let (store, incus, events) = (Arc::clone(store), Arc::clone(incus), events.clone());
+        tokio::spawn(async move {
+            store.apply(&incus, &ev).await;
+            if let Some((project, name)) = wakes(&ev) {
+                let _ = events.send(Event::InstanceChanged { project, name });
+            }
+        });
     }
     Err("the event stream ended".into())
 }

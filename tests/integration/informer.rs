@@ -125,7 +125,7 @@ async fn scale_up_starts_the_warm_pool_first_and_refills_it() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_created_instance_is_read_after_it_settles_never_the_moment_it_is_created() {
+async fn an_instance_coming_up_is_read_once_it_settled_never_at_once() {
     let fake = Arc::new(FakeIncus::default());
     let h = Harness::start(&web(1, 3), fake);
     eventually("1 running", MINUTE, || h.fake.running("web") == 1).await;
@@ -146,12 +146,27 @@ async fn a_created_instance_is_read_after_it_settles_never_the_moment_it_is_crea
     };
     eventually("the copy in the cache", MINUTE, || cached(&h)).await;
     assert_eq!(h.fake.calls("get"), reads + 1);
-    // `incus launch`: read at its start, and not again when the settle time is over.
+    // `incus launch` by a person: created then started, read once, after it settled.
     let reads = h.fake.calls("get");
     h.fake
         .add("web-manual", "Stopped", &[("user.incus-hpa.group", "web")]);
     h.fake.set_status("web-manual", "Running");
-    run_for(incus_hpa::informer::CREATED_SETTLE * 2).await;
-    assert_eq!(h.fake.calls("get"), reads + 1, "read at its start only");
+    run_for(incus_hpa::informer::SETTLE * 2).await;
+    assert_eq!(h.fake.calls("get"), reads + 1, "read once");
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_daemons_own_creations_are_read_once_by_the_action_not_by_their_events() {
+    let fake = Arc::new(FakeIncus::default());
+    let h = Harness::start(&web(3, 3), fake);
+    eventually("3 running", MINUTE, || h.fake.running("web") == 3).await;
+    run_for(incus_hpa::informer::SETTLE * 2).await;
+    // Each creation emitted created and started; only the action's own read was sent.
+    assert_eq!(h.fake.calls("get"), 3);
+    // An event that comes once the action is over is read as usual.
+    let name = h.fake.managed("web")[0].0.clone();
+    h.fake.set_config(&name, "user.note", Some("x"));
+    eventually("the update read", MINUTE, || h.fake.calls("get") == 4).await;
     h.shutdown().await;
 }

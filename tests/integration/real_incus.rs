@@ -160,3 +160,49 @@ fn real_deleted_instance_is_replaced_on_the_incus_event() {
     );
     assert_eq!(lab.terminate(), Some(0), "{}", lab.log());
 }
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_warm_pool_is_started_first_and_refilled() {
+    let mut lab = Lab::new("warm");
+    let g = lab.group.clone();
+    let stopped = |g: &str| -> Vec<String> {
+        managed(g)
+            .into_iter()
+            .filter(|(_, s)| s == "Stopped")
+            .map(|(n, _)| n)
+            .collect()
+    };
+    lab.start(&config(&g, 1, 2, "warm_pool = 1"));
+    eventually(
+        &lab,
+        "1 running and 1 warm",
+        Duration::from_secs(60),
+        || running(&g) == 1 && stopped(&g).len() == 1,
+    );
+    let warm = stopped(&g)[0].clone();
+    let first = managed(&g)
+        .into_iter()
+        .find(|(_, s)| s == "Running")
+        .unwrap()
+        .0;
+    lab.exec(&first, FILL);
+    eventually(
+        &lab,
+        "2 running, the pool refilled",
+        Duration::from_secs(60),
+        || running(&g) == 2 && stopped(&g).len() == 1 && !stopped(&g).contains(&warm),
+    );
+    assert_eq!(
+        status_in("default", &warm),
+        "RUNNING",
+        "the warm instance was started\n{}",
+        lab.log()
+    );
+    let out = incus_ok(&["config", "get", &warm, "user.incus-hpa.warm"]);
+    assert_eq!(out.trim(), "false", "promoted: no longer warm");
+    assert_eq!(lab.terminate(), Some(0), "{}", lab.log());
+    let log = lab.log();
+    assert!(log.contains("action=\"promote\""), "{log}");
+    assert!(log.contains("action=\"create-warm\""), "{log}");
+}

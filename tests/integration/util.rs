@@ -88,7 +88,7 @@ impl Harness {
     pub async fn shutdown(self) -> DesiredState {
         let cached = || self.store.snapshot().remove("default").unwrap_or_default();
         // An instance created behind the daemon's back is read a settle time later.
-        let within = incus_hpa::informer::CREATED_SETTLE + Duration::from_secs(5);
+        let within = incus_hpa::informer::SETTLE + Duration::from_secs(5);
         let deadline = tokio::time::Instant::now() + within;
         while self.store.follows("default") && cached() != self.fake.listing() {
             assert!(
