@@ -36,9 +36,13 @@ pub struct Outcome {
     pub result: Result<(), IncusError>,
 }
 
-/// Runs the actions in their order, at most `parallel` at a time. Once `stop` is set (a
-/// shutdown) or an action has failed (the next pass looks again: acting on after a failure
-/// could compound it), no new action starts; the ones in flight always complete.
+/// Runs the actions in their order, at most `parallel` at a time, one phase after the other:
+/// what brings instances up (starts, promotions, creations), then removals, then the warm
+/// pool's refills. On Incus 6.0 a start that runs beside a forced stop or a delete can stall
+/// until the 90 s start timeout (and stall the next starts with it), so the phases never
+/// overlap. Once `stop` is set (a shutdown) or an action has failed (the next pass looks
+/// again: acting on after a failure could compound it), no new action starts; the ones in
+/// flight always complete.
 pub async fn apply(
     incus: &dyn Incus,
     store: &Store,
@@ -47,16 +51,22 @@ pub async fn apply(
     stop: &AtomicBool,
     parallel: usize,
 ) -> Vec<Outcome> {
-    let mut pending = actions.iter();
+    let mut pending = actions.iter().peekable();
     let mut running = FuturesUnordered::new();
+    let mut phase = None;
     let mut failed = false;
     let mut outcomes = Vec::new();
     loop {
         while running.len() < parallel.max(1) && !failed && !stop.load(Ordering::SeqCst) {
-            let Some(action) = pending.next() else {
+            let Some(action) = pending.peek() else {
                 break;
             };
+            if phase.is_some_and(|p| p != action.phase()) && !running.is_empty() {
+                break;
+            }
+            phase = Some(action.phase());
             running.push(run(incus, store, spec, action));
+            pending.next();
         }
         let Some(outcome) = running.next().await else {
             break;

@@ -368,6 +368,16 @@ impl Action {
             Action::CreateWarm => Cause::WarmPool,
         }
     }
+
+    /// The phase of a pass it belongs to: 0 brings instances up, 1 removes, 2 refills the
+    /// warm pool (see [`crate::act::apply`]).
+    pub fn phase(&self) -> u8 {
+        match self {
+            Action::Create { .. } | Action::Promote { .. } | Action::Start { .. } => 0,
+            Action::Remove { .. } => 1,
+            Action::CreateWarm => 2,
+        }
+    }
 }
 
 /// Something `decide` noticed about one instance, worth one journal entry when it happens.

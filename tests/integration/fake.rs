@@ -43,6 +43,10 @@ struct State {
     unreachable: bool,
     /// The next creation meets a person's instance of the same name ("already exists").
     collide: bool,
+    /// Creations under way, and stops or deletes that began while one was (see
+    /// [`FakeIncus::overlaps`]).
+    creating: usize,
+    overlaps: u64,
     /// Followers of the lifecycle events.
     followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
 }
@@ -300,7 +304,9 @@ impl Incus for FakeIncus {
     async fn create(&self, project: &str, req: &CreateInstance) -> Result<(), IncusError> {
         self.call("create")?;
         // Like a real create+start, this takes a while (free under tokio's paused clock).
+        self.with(|s| s.creating += 1);
         tokio::time::sleep(CREATE_TIME).await;
+        self.with(|s| s.creating -= 1);
         let image = req.source.alias.clone().unwrap_or_default();
         if image == MISSING_IMAGE {
             return Err(IncusError::Operation {
@@ -384,6 +390,7 @@ impl Incus for FakeIncus {
         change: StateChange,
     ) -> Result<(), IncusError> {
         self.call("change_state")?;
+        self.with(|s| s.overlaps += u64::from(s.creating > 0 && change != StateChange::Start));
         self.with(|s| {
             let fail = s.starts_fail;
             let i = s
@@ -421,6 +428,7 @@ impl Incus for FakeIncus {
 
     async fn delete(&self, _project: &str, name: &str) -> Result<(), IncusError> {
         self.call("delete")?;
+        self.with(|s| s.overlaps += u64::from(s.creating > 0));
         self.with(|s| match s.instances.get(name) {
             None => Err(api(404, "not found")),
             Some(i) if i.status == "Running" => Err(api(400, "Instance is running")),
@@ -511,6 +519,11 @@ impl EventSource for FakeIncus {
 
 impl FakeIncus {
     /// Ends every event stream (as a restart of incusd does).
+    /// How many stops and deletes began while a creation was under way.
+    pub fn overlaps(&self) -> u64 {
+        self.with(|s| s.overlaps)
+    }
+
     pub fn drop_followers(&self) {
         self.with(|s| s.followers.clear());
     }

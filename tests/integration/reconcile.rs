@@ -291,3 +291,27 @@ async fn an_instance_event_wakes_its_groups_but_not_one_backing_off() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn removals_never_run_beside_creations_in_a_pass() {
+    let toml = web(2, 4).replace(
+        "[groups.web.config]",
+        "unhealthy_grace = \"0s\"\n[groups.web.config]",
+    );
+    let h = Harness::start(&toml, Arc::new(FakeIncus::default()));
+    eventually("2 running", MINUTE, || h.fake.running("web") == 2).await;
+    // Both in error: one pass replaces them (creations) and removes them (grace 0).
+    for (name, _) in h.fake.managed("web") {
+        h.fake.set_status(&name, "Error");
+    }
+    eventually("2 new ones running, the broken gone", MINUTE, || {
+        h.fake.running("web") == 2 && h.fake.managed("web").len() == 2
+    })
+    .await;
+    assert_eq!(
+        h.fake.overlaps(),
+        0,
+        "a stop or delete ran beside a creation"
+    );
+    h.shutdown().await;
+}
