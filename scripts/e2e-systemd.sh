@@ -105,6 +105,15 @@ in_ct systemctl reload incus-hpa
 until_ok "3 instances on the host" 60 count_is 3
 before=$(managed | sort)
 
+log "incus-hpa status: as root, as a member of incus-hpa, refused to anyone else"
+in_ct incus-hpa status | grep -q "| $group " || fail "incus-hpa status as root"
+in_ct incus-hpa status --json | grep -q '"current":3' || fail "status --json does not say current 3"
+in_ct useradd -M -G incus-hpa hpa-member
+in_ct runuser -u hpa-member -- incus-hpa status | grep -q "| $group " || fail "status as a member of incus-hpa"
+in_ct useradd -M hpa-outsider
+if out=$(in_ct runuser -u hpa-outsider -- incus-hpa status 2>&1); then fail "an outsider read the status"; fi
+grep -q "permission denied" <<<"$out" || fail "the outsider's message is unclear: $out"
+
 log "a broken edit"
 in_ct sh -c "printf '[groups.$group]\nmax = 0\n' > $conf"
 in_ct systemctl reload incus-hpa

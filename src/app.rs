@@ -24,6 +24,50 @@ use crate::reconciler::Context;
 use crate::report::fmt_util;
 use crate::systemd;
 
+/// `incus-hpa status`: asks the running daemon on its control socket; exit 1 when none answers.
+pub async fn status(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let client = reqwest::Client::builder().unix_socket(socket).build()?;
+    let answer = client.get("http://incus-hpa/status").send().await;
+    let body = match answer {
+        Ok(r) if r.status().is_success() => r.text().await?,
+        Ok(r) => anyhow::bail!("the daemon answered {} on {}", r.status(), socket.display()),
+        Err(e) => {
+            let denied = format!(
+                "permission denied on {}: run as root or as a member of the incus-hpa group \
+                 (usermod -aG incus-hpa $USER, then log in again)",
+                socket.display()
+            );
+            let why = match std::fs::metadata(socket) {
+                Err(m) if m.kind() == std::io::ErrorKind::PermissionDenied => denied,
+                Err(_) => format!(
+                    "no incus-hpa daemon is running (no control socket at {}; \
+                     systemctl status incus-hpa)",
+                    socket.display()
+                ),
+                Ok(_)
+                    if std::os::unix::net::UnixStream::connect(socket)
+                        .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied) =>
+                {
+                    denied
+                }
+                Ok(_) => format!(
+                    "no incus-hpa daemon answers on {} ({e}); systemctl status incus-hpa",
+                    socket.display()
+                ),
+            };
+            eprintln!("incus-hpa: {why}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if json {
+        println!("{body}");
+    } else {
+        let status: crate::control::Status = serde_json::from_str(&body)?;
+        print!("{}", crate::control::table(&status));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `incus-hpa validate`: every problem on stderr; exit 1 when there is an error.
 pub fn validate(path: &Path) -> ExitCode {
     let result = config::load(path);
@@ -78,6 +122,7 @@ fn context(socket: &str) -> anyhow::Result<Context> {
         incus,
         store: Arc::new(Store::default()),
         stop: Arc::new(AtomicBool::new(false)),
+        telemetry: Arc::default(),
     })
 }
 
@@ -119,6 +164,11 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
         }
     });
 
+    // What the daemon thinks, for `incus-hpa status` and Prometheus.
+    crate::control::start(
+        loaded.state.daemon.control_socket.clone(),
+        ctx.telemetry.clone(),
+    );
     // Lifecycle events keep the cache of instances up to date, and wake the groups an instance
     // that stops or vanishes belongs to before their next interval.
     tokio::spawn(crate::events::follow(

@@ -1,4 +1,4 @@
-//! The command line (clap derive): `run`, `validate`, `plan`.
+//! The command line (clap derive): `run`, `validate`, `plan`, `status`.
 
 use std::path::PathBuf;
 
@@ -39,6 +39,15 @@ pub enum Command {
     GenerateAssets {
         /// Where to write `incus-hpa.1` and the completions.
         dir: PathBuf,
+    },
+    /// Ask the running daemon what it thinks of each group (its control socket).
+    Status {
+        /// Print the stable JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// The daemon's control socket (`[daemon] control_socket`).
+        #[arg(long, default_value = crate::control::DEFAULT_SOCKET)]
+        control_socket: PathBuf,
     },
     /// Show what the daemon would decide now for each group, without acting (a dry run).
     Plan {

@@ -124,6 +124,7 @@ pub async fn run_loop(
             );
         }
         systemd::status(&line);
+        r.publish(Instant::now());
     };
     status(&reconciler, None);
     loop {

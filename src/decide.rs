@@ -19,9 +19,13 @@ mod health;
 mod history;
 mod ownership;
 
+use std::cmp::Ordering;
+
 use tokio::time::Instant;
 
-use crate::model::{Action, Cause, GroupSpec, Observation, ObservedInstance, Plan, Reason};
+use crate::model::{
+    Action, Cause, GroupSpec, Observation, ObservedInstance, Plan, Reason, ScaleDownOrder,
+};
 use health::Class;
 pub use health::{CRASH_LIMIT, CRASH_RESET, CRASH_WINDOW, UNHEALTHY_CONFIRM};
 pub use history::History;
@@ -59,6 +63,15 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         }
     };
     history.record(spec, now, base, recommendation, desired);
+    let (actions, protected) = actions(spec, &classes, base, capacity, desired, reason);
+    // A scale-down that protected instances cut short says so.
+    let reason = if protected > 0 {
+        Reason::Protected
+    } else {
+        reason
+    };
+    // A paused group is decided and reported as usual, and nothing is done.
+    let actions = if spec.paused { Vec::new() } else { actions };
 
     let requeue_in = classes
         .iter()
@@ -81,7 +94,9 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         recommendation,
         reason,
         step_limited,
-        actions: actions(spec, &classes, base, capacity, desired, reason),
+        actions,
+        protected,
+        paused: spec.paused,
         notes,
         requeue_in,
     }
@@ -208,9 +223,11 @@ fn stabilize(
 
 /// Turns classes and counts into steps: starts of stopped instances; promotions of warm
 /// instances, then creations, up to the desired count; removals down to it (restartable stopped
-/// instances first, then the newest healthy; never one whose start failed); removals of
-/// instances that crashed too often or stayed unhealthy too long; and, last, the warm pool
-/// brought back to its size. Starts and creations come first: they restore service.
+/// instances first, then healthy ones in the group's `scale_down_order`; never one whose start
+/// failed, never a protected one); removals of instances that crashed too often or stayed
+/// unhealthy too long (unless protected); and, last, the warm pool brought back to its size.
+/// Starts and creations come first: they restore service. Also returns how many removals
+/// protection prevented.
 fn actions(
     spec: &GroupSpec,
     classes: &[(&ObservedInstance, Class)],
@@ -218,29 +235,31 @@ fn actions(
     capacity: u32,
     desired: u32,
     reason: Reason,
-) -> Vec<Action> {
+) -> (Vec<Action>, u32) {
     let mut removed: Vec<(&str, Cause)> = Vec::new();
+    let mut protected = 0;
     if capacity > desired {
         let cause = match reason {
             Reason::AboveMax => Cause::AboveMax,
             _ if desired < base => Cause::ScaleDown,
             _ => Cause::Surplus,
         };
-        let mut order: Vec<_> = classes
+        let removable: Vec<_> = classes
             .iter()
             .filter(|(_, c)| c.is_capacity() && !c.keep())
             .collect();
+        let mut order: Vec<_> = removable.iter().filter(|(i, _)| !i.protected).collect();
         order.sort_by(|(a, ca), (b, cb)| {
             let rank = |c: &Class| u8::from(*c == Class::Healthy);
             rank(ca)
                 .cmp(&rank(cb))
-                .then(b.created_at.cmp(&a.created_at))
-                .then(b.name.cmp(&a.name))
+                .then_with(|| removal_order(spec, a, b))
         });
         let n = (capacity - desired) as usize;
+        protected = (n.min(removable.len()) - n.min(order.len())) as u32;
         removed.extend(order.iter().take(n).map(|(i, _)| (i.name.as_str(), cause)));
     }
-    for (i, c) in classes {
+    for (i, c) in classes.iter().filter(|(i, _)| !i.protected) {
         match c {
             Class::Retire => removed.push((&i.name, Cause::CrashLoop)),
             Class::Expired => removed.push((&i.name, Cause::Unhealthy)),
@@ -291,12 +310,34 @@ fn actions(
     // The pool back to its size, after everything else: the oldest extra ones go.
     let left: Vec<&ObservedInstance> = warm.collect();
     let size = spec.warm_pool as usize;
-    actions.extend(left.iter().rev().skip(size).map(|w| Action::Remove {
-        name: w.name.clone(),
-        cause: Cause::WarmPool,
-    }));
+    actions.extend(
+        left.iter()
+            .rev()
+            .skip(size)
+            .filter(|w| !w.protected)
+            .map(|w| Action::Remove {
+                name: w.name.clone(),
+                cause: Cause::WarmPool,
+            }),
+    );
     actions.extend((left.len()..size).map(|_| Action::CreateWarm));
-    actions
+    (actions, protected)
+}
+
+/// Which of two healthy instances a scale-down removes first (`Less`: `a`), by the group's
+/// `scale_down_order`; ties go to the newest, then to the name, so that it is deterministic.
+fn removal_order(spec: &GroupSpec, a: &ObservedInstance, b: &ObservedInstance) -> Ordering {
+    let newest = b.created_at.cmp(&a.created_at).then(b.name.cmp(&a.name));
+    match spec.scale_down_order {
+        ScaleDownOrder::Newest => newest,
+        ScaleDownOrder::Oldest => a.created_at.cmp(&b.created_at).then(a.name.cmp(&b.name)),
+        ScaleDownOrder::LeastMemory => {
+            // Unmeasured instances last: nothing says they are idle.
+            let used =
+                |i: &ObservedInstance| i.memory.and_then(|m| m.percent()).unwrap_or(f64::INFINITY);
+            used(a).total_cmp(&used(b)).then(newest)
+        }
+    }
 }
 
 #[cfg(test)]

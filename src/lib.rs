@@ -9,6 +9,7 @@ pub mod act;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod decide;
 pub mod events;

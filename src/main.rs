@@ -19,6 +19,10 @@ fn main() -> ExitCode {
         },
         Command::Run { config } => block_on(app::run(&cli.incus_socket, config)),
         Command::Plan { config } => block_on(app::plan(&cli.incus_socket, config)),
+        Command::Status {
+            json,
+            control_socket,
+        } => block_on(app::status(control_socket, *json)),
     }
 }
 

@@ -15,7 +15,9 @@ use crate::decide::{owner_value, ownership, Ownership};
 use crate::incus::{Incus, IncusError, Instance};
 use crate::informer::Store;
 use crate::memory::MemorySource;
-use crate::model::{Foreign, GroupSpec, Observation, ObservedInstance, UUID_KEY, WARM_KEY};
+use crate::model::{
+    Foreign, GroupSpec, Observation, ObservedInstance, PROTECTED_KEY, UUID_KEY, WARM_KEY,
+};
 
 /// True when `inst` is one the daemon created for the group `spec`.
 pub fn is_owned(inst: &Instance, spec: &GroupSpec) -> bool {
@@ -70,6 +72,7 @@ pub async fn observe(
             };
             ObservedInstance {
                 warm: i.config.get(WARM_KEY).is_some_and(|v| v == "true"),
+                protected: i.config.get(PROTECTED_KEY).is_some_and(|v| v == "true"),
                 created_at: i.created_nanos(),
                 since_start: i.since_start(now),
                 name: i.name,

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::act::{self, Outcome};
+use crate::control::{GroupStatus, LastAction, Status, Telemetry};
 use crate::decide::{decide, History};
 use crate::incus::{Incus, IncusError};
 use crate::informer::Store;
@@ -66,6 +67,8 @@ pub struct Context {
     pub memory: MemoryFactory,
     /// Set on shutdown: the action in flight completes, no new one starts.
     pub stop: Arc<AtomicBool>,
+    /// Counters and the status board, served on the control socket.
+    pub telemetry: Arc<Telemetry>,
 }
 
 /// The last outcome of a group, for the status line.
@@ -74,6 +77,7 @@ pub struct Summary {
     pub current: u32,
     pub desired: u32,
     pub unhealthy: u32,
+    pub warm: u32,
     pub utilization: Option<f64>,
     pub reason: Reason,
     pub error: Option<String>,
@@ -87,6 +91,8 @@ struct GroupState {
     /// The last failure was Incus being unreachable.
     unreachable: bool,
     last: Option<Summary>,
+    /// The last action carried out, for `incus-hpa status`.
+    last_action: Option<LastAction>,
     /// When the last pass ended.
     done: Option<Instant>,
     /// Foreign instances already reported.
@@ -102,6 +108,7 @@ impl GroupState {
             failures: 0,
             unreachable: false,
             last: None,
+            last_action: None,
             done: None,
             reported: BTreeSet::new(),
         }
@@ -255,10 +262,12 @@ impl Reconciler {
                     g.next = done + delay;
                     tracing::warn!(group = %g.spec.name, error = %e, retry_in = %humantime::format_duration(delay),
                         "reconciling {} failed: {e}; retrying in {}", g.spec.name, humantime::format_duration(delay));
+                    ctx.telemetry.error(g.spec.name.as_str(), &g.spec.project);
                     let mut s = summary.or_else(|| g.last.clone()).unwrap_or(Summary {
                         current: 0,
                         desired: 0,
                         unhealthy: 0,
+                        warm: 0,
                         utilization: None,
                         reason: Reason::NoMetrics,
                         error: None,
@@ -282,6 +291,46 @@ impl Reconciler {
     /// The last outcome of each group.
     pub fn summaries(&self) -> impl Iterator<Item = (&GroupSpec, Option<&Summary>)> {
         self.groups.values().map(|g| (&g.spec, g.last.as_ref()))
+    }
+
+    /// Writes [`Reconciler::board`] to the control socket's board and gauges.
+    pub fn publish(&self, now: Instant) {
+        self.ctx.telemetry.publish(self.board(now));
+    }
+
+    /// What `incus-hpa status` and the metrics show, as of `now`.
+    pub fn board(&self, now: Instant) -> Status {
+        let wall = std::time::SystemTime::now();
+        let at = |t: Instant| {
+            let t = wall + t.saturating_duration_since(now);
+            humantime::format_rfc3339_seconds(t).to_string()
+        };
+        let groups = self
+            .groups
+            .values()
+            .map(|g| {
+                let s = &g.spec;
+                let last = g.last.as_ref();
+                GroupStatus {
+                    name: s.name.to_string(),
+                    project: s.project.clone(),
+                    current: last.map_or(0, |l| l.current),
+                    desired: last.map_or(0, |l| l.desired),
+                    min: s.min,
+                    max: s.max,
+                    unhealthy: last.map_or(0, |l| l.unhealthy),
+                    warm: last.map_or(0, |l| l.warm),
+                    utilization: last.and_then(|l| l.utilization),
+                    threshold: s.memory_threshold,
+                    reason: last.map_or_else(|| "pending".into(), |l| l.reason.to_string()),
+                    paused: s.paused,
+                    last_action: g.last_action.clone(),
+                    next_pass: Some(at(g.next)),
+                    last_error: last.and_then(|l| l.error.clone()),
+                }
+            })
+            .collect();
+        Status { groups }
     }
 
     /// A one-line summary for `STATUS=` (see [`report::status_line`]).
@@ -336,6 +385,7 @@ async fn reconcile(
         current: plan.current,
         desired: plan.desired,
         unhealthy: plan.unhealthy,
+        warm: plan.warm,
         utilization: plan.utilization,
         reason: plan.reason,
         error: None,
@@ -352,6 +402,15 @@ async fn reconcile(
     let done = Instant::now();
     let mut removed = Vec::new();
     for o in &outcomes {
+        let ok = o.result.is_ok();
+        ctx.telemetry
+            .action(spec.name.as_str(), &spec.project, o.action, ok);
+        g.last_action = Some(LastAction {
+            at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            kind: o.action.to_owned(),
+            instance: o.instance.clone(),
+            outcome: if ok { "ok" } else { "failed" }.to_owned(),
+        });
         match o.action {
             "create" if o.result.is_ok() => g.history.created(&o.instance),
             "start" | "promote" => g.history.started(spec, &o.instance, o.result.is_ok(), done),

@@ -40,6 +40,15 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool) {
         Reason::MetricsMissing => format!("memory {util}, but some instances have no reading: keeping {d}"),
         Reason::NoMetrics => format!("no memory reading: keeping {d}"),
         Reason::WithinTolerance => format!("memory {util} near target {target}%: keeping {d}"),
+        Reason::Protected => format!(
+            "{d} desired, but {} protected instance(s) ({}=true) cannot be removed: keeping {c}",
+            plan.protected, crate::model::PROTECTED_KEY
+        ),
+    };
+    let msg = if plan.paused {
+        format!("paused (nothing is done): {msg}")
+    } else {
+        msg
     };
     let mut msg = if plan.step_limited {
         format!("{msg} (step limit; {} recommended)", plan.recommendation)
@@ -58,11 +67,11 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool) {
     }
     let g = spec.name.as_str();
     let reason = plan.reason.as_str();
-    let unhealthy = plan.unhealthy;
+    let (unhealthy, paused) = (plan.unhealthy, plan.paused);
     if !notable {
-        tracing::debug!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, "{g}: {msg}");
+        tracing::debug!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, "{g}: {msg}");
     } else {
-        tracing::info!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, "{g}: {msg}");
+        tracing::info!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, "{g}: {msg}");
     }
 }
 
@@ -134,6 +143,9 @@ pub fn status_line<'a>(
                     if s.unhealthy > 0 {
                         line.push_str(&format!(" +{} unhealthy", s.unhealthy));
                     }
+                    if spec.paused {
+                        line.push_str(" PAUSED");
+                    }
                     if let Some(e) = &s.error {
                         line.push_str(&format!(" ERROR {e}"));
                     }
@@ -199,6 +211,7 @@ mod tests {
             current: 1,
             desired: 2,
             unhealthy: 0,
+            warm: 0,
             utilization: Some(50.0),
             reason: Reason::BelowMin,
             error: Some("x".repeat(3000)),

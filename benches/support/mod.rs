@@ -84,6 +84,8 @@ pub fn spec(group: &str, image: &str) -> GroupSpec {
         restart_backoff: Duration::from_secs(10),
         interval: Duration::from_secs(1),
         warm_pool: 0,
+        paused: false,
+        scale_down_order: Default::default(),
     }
 }
 

@@ -21,8 +21,8 @@ use fields::Fields;
 pub use security::{check_permissions, open_checked};
 
 use crate::model::{
-    DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, GROUP_KEY, MAX_INSTANCES,
-    RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
+    DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, ScaleDownOrder, GROUP_KEY,
+    MAX_INSTANCES, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
 };
 
 /// Where the daemon looks for its desired state unless told otherwise.
@@ -82,6 +82,7 @@ const DAEMON_KEYS: &[&str] = &[
     "memory_source",
     "resync",
     "max_parallel_actions",
+    "control_socket",
 ];
 
 /// The largest warm pool accepted per group.
@@ -112,6 +113,8 @@ pub const GROUP_KEYS: &[&str] = &[
     "unhealthy_grace",
     "restart_backoff",
     "warm_pool",
+    "paused",
+    "scale_down_order",
     "allow_privileged",
 ];
 
@@ -194,6 +197,17 @@ fn daemon(c: &mut Collector, mut t: Fields) -> DaemonSpec {
     }
     if let Some(resync) = t.duration_within(c, "resync", Duration::from_secs(10), DURATION_MAX) {
         d.resync = resync;
+    }
+    if let Some((p, span)) = t.string(c, "control_socket") {
+        if p.starts_with('/') {
+            d.control_socket = p.into();
+        } else {
+            c.error(
+                Some(span),
+                &t.key("control_socket"),
+                format!("{p:?} is not an absolute path"),
+            );
+        }
     }
     if let Some((n, span)) = t.count(c, "max_parallel_actions") {
         if (1..=PARALLEL_MAX).contains(&n) {
@@ -278,6 +292,22 @@ fn group(
         RESTART_BACKOFF_MAX,
     );
     let allow_privileged = t.boolean(c, "allow_privileged").is_some_and(|(b, _)| b);
+    let paused = t.boolean(c, "paused").is_some_and(|(b, _)| b);
+    let scale_down_order =
+        t.string(c, "scale_down_order")
+            .map_or_else(ScaleDownOrder::default, |(s, span)| match s.as_str() {
+                "newest" => ScaleDownOrder::Newest,
+                "oldest" => ScaleDownOrder::Oldest,
+                "least-memory" => ScaleDownOrder::LeastMemory,
+                _ => {
+                    c.error(
+                        Some(span),
+                        &t.key("scale_down_order"),
+                        format!("{s:?} is not one of \"newest\", \"oldest\", \"least-memory\""),
+                    );
+                    ScaleDownOrder::default()
+                }
+            });
     let config = t
         .table(c, "config")
         .map(|ct| instance_config(c, ct, allow_privileged));
@@ -393,6 +423,8 @@ fn group(
         restart_backoff: secs(restart_backoff, 10),
         interval,
         warm_pool: warm_pool.map_or(0, |(n, _)| n),
+        paused,
+        scale_down_order,
         name,
     })
 }

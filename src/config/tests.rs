@@ -155,6 +155,11 @@ fn bad_prefixes_and_reserved_keys() {
         ("tolerance = 1.5\n", "tolerance"),
         ("max_scale_down_step = 0\n", "leave it out for no limit"),
         ("[daemon]\nmemory_source = \"magic\"\n", "not one of"),
+        (
+            "scale_down_order = \"random\"\n",
+            "groups.web.scale_down_order",
+        ),
+        ("paused = \"yes\"\n", "groups.web.paused"),
     ] {
         let errs = errors(&format!("{base}{extra}"));
         assert!(errs.iter().any(|e| e.contains(msg)), "{extra}: {errs:#?}");
@@ -167,6 +172,22 @@ fn allow_privileged_accepts_root_granting_keys() {
                 [groups.web.config]\n\"security.privileged\" = true\n\"limits.memory\" = \"64MiB\"\n");
     let g = l.state.groups.values().next().unwrap();
     assert_eq!(g.config["security.privileged"], "true");
+}
+
+#[test]
+fn paused_and_scale_down_order_are_read() {
+    let l = ok("[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\npaused = true\n\
+                scale_down_order = \"least-memory\"\n[groups.web.config]\n\"limits.memory\" = \"64MiB\"\n");
+    let g = l.state.groups.values().next().unwrap();
+    assert!(g.paused);
+    assert_eq!(
+        g.scale_down_order,
+        crate::model::ScaleDownOrder::LeastMemory
+    );
+    let l = ok("[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\n[groups.web.config]\n\"limits.memory\" = \"64MiB\"\n");
+    let g = l.state.groups.values().next().unwrap();
+    assert!(!g.paused);
+    assert_eq!(g.scale_down_order, crate::model::ScaleDownOrder::Newest);
 }
 
 #[test]

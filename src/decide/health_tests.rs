@@ -297,6 +297,7 @@ fn backoffs_double_up_to_their_cap() {
 fn warm(n: i64) -> ObservedInstance {
     ObservedInstance {
         warm: true,
+        protected: false,
         ..unmeasured(InstanceStatus::Stopped, n)
     }
 }
@@ -305,6 +306,8 @@ fn warm(n: i64) -> ObservedInstance {
 fn the_warm_pool_is_filled_used_first_and_never_counted() {
     let s = GroupSpec {
         warm_pool: 2,
+        paused: false,
+        scale_down_order: Default::default(),
         ..spec(1, 5, 50.0)
     };
     // Empty pool: filled, after everything else.
@@ -333,6 +336,8 @@ fn the_warm_pool_is_filled_used_first_and_never_counted() {
     // Scale-down never puts a running instance back in the pool; a smaller pool shrinks.
     let s0 = GroupSpec {
         warm_pool: 1,
+        paused: false,
+        scale_down_order: Default::default(),
         scale_down_stabilization: Duration::ZERO,
         ..spec(1, 5, 50.0)
     };

@@ -31,6 +31,8 @@ pub(super) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         restart_backoff: Duration::from_secs(10),
         interval: Duration::from_secs(15),
         warm_pool: 0,
+        paused: false,
+        scale_down_order: Default::default(),
     }
 }
 
@@ -42,6 +44,7 @@ pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
         created_at: created,
         since_start: Some(Duration::from_secs(3600)),
         warm: false,
+        protected: false,
         memory: Some(Memory {
             usage: (percent * MIB as f64) as u64,
             limit: 100 * MIB,
@@ -56,6 +59,7 @@ pub(super) fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstan
         created_at: created,
         since_start: Some(Duration::from_secs(3600)),
         warm: false,
+        protected: false,
         memory: None,
     }
 }
@@ -446,4 +450,84 @@ fn spec_with_steps(min: u32, max: u32) -> GroupSpec {
         max_scale_down_step: Some(1),
         ..spec(min, max, 50.0)
     }
+}
+
+fn removed(p: &Plan) -> Vec<&str> {
+    p.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Remove { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn scale_down_order_newest_oldest_or_least_memory() {
+    // 4 at 20, 5, 30, 10 % against 50 %: 65 / 50 -> 2 of 4 go (above max 2 to be quick).
+    let o = obs(&[20.0, 5.0, 30.0, 10.0]);
+    let mut s = spec(1, 2, 50.0);
+    assert_eq!(removed(&run(&s, &o)), vec!["web-3", "web-2"]);
+    s.scale_down_order = ScaleDownOrder::Oldest;
+    assert_eq!(removed(&run(&s, &o)), vec!["web-0", "web-1"]);
+    s.scale_down_order = ScaleDownOrder::LeastMemory;
+    assert_eq!(removed(&run(&s, &o)), vec!["web-1", "web-3"]);
+    // Unmeasured instances go last under least-memory; stopped ones always first.
+    let mut o = obs(&[20.0, 5.0]);
+    o.instances.push(unmeasured(InstanceStatus::Running, 2));
+    o.instances.push(unmeasured(InstanceStatus::Stopped, 3));
+    let s = ScaleDownOrder::LeastMemory;
+    let p = run(
+        &GroupSpec {
+            scale_down_order: s,
+            ..spec(1, 2, 50.0)
+        },
+        &o,
+    );
+    assert_eq!(removed(&p), vec!["web-3", "web-1"]);
+}
+
+#[test]
+fn protected_instances_count_but_are_never_removed_and_the_decision_says_so() {
+    let mut o = obs(&[10.0, 10.0, 10.0]);
+    o.instances[2].protected = true;
+    o.instances[1].protected = true;
+    // Above max 1: two must go, only web-0 may.
+    let p = run(&spec(1, 1, 50.0), &o);
+    assert_eq!(p.current, 3, "protected instances count");
+    assert_eq!(removed(&p), vec!["web-0"]);
+    assert_eq!((p.reason, p.protected), (Reason::Protected, 1));
+    // Nothing protected in the way: the usual reason.
+    let p = run(&spec(1, 2, 50.0), &o);
+    assert_eq!(removed(&p), vec!["web-0"]);
+    assert_eq!((p.reason, p.protected), (Reason::AboveMax, 0));
+    // Not even a crash-looping or long-unhealthy one is removed (it is replaced).
+    let mut o = observation(vec![unmeasured(InstanceStatus::Error, 0)]);
+    o.instances[0].protected = true;
+    let s = GroupSpec {
+        unhealthy_grace: Duration::ZERO,
+        ..spec(1, 3, 50.0)
+    };
+    let (mut h, now) = settled(1);
+    decide(&s, &o, &mut h, now);
+    let p = decide(&s, &o, &mut h, now + Duration::from_secs(10));
+    assert!(removed(&p).is_empty(), "{:?}", p.actions);
+    assert!(p.actions.iter().any(|a| matches!(a, Action::Create { .. })));
+}
+
+#[test]
+fn a_paused_group_is_decided_and_reported_but_nothing_is_done() {
+    let s = GroupSpec {
+        paused: true,
+        ..spec(1, 5, 50.0)
+    };
+    let p = run(&s, &obs(&[90.0, 90.0]));
+    assert_eq!(
+        (p.desired, p.reason, p.paused),
+        (4, Reason::AboveThreshold, true)
+    );
+    assert!(p.actions.is_empty());
+    let mut o = obs(&[10.0]);
+    o.instances.push(unmeasured(InstanceStatus::Stopped, 1));
+    assert!(run(&s, &o).actions.is_empty(), "not even a restart");
 }

@@ -229,6 +229,7 @@ async fn waiting_for_incus_remembers_a_reload_and_honours_a_shutdown() {
         store: Default::default(),
         memory: std::sync::Arc::new(move |_| memory.clone()),
         stop: Default::default(),
+        telemetry: Default::default(),
     };
     fake.set_down(true);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -23,6 +23,7 @@ pub struct Harness {
     pub fake: Arc<FakeIncus>,
     /// The informer's cache the loop reads.
     pub store: Arc<Store>,
+    pub telemetry: Arc<incus_hpa::control::Telemetry>,
     /// The memory sources the loop asked for, in order.
     pub sources: Arc<std::sync::Mutex<Vec<MemorySourceKind>>>,
     pub events: UnboundedSender<Event>,
@@ -43,6 +44,7 @@ impl Harness {
         let sources = Arc::new(std::sync::Mutex::new(Vec::new()));
         let asked = sources.clone();
         let store = Arc::new(Store::default());
+        let telemetry = Arc::new(incus_hpa::control::Telemetry::default());
         let ctx = Context {
             incus: fake.clone(),
             store: store.clone(),
@@ -51,6 +53,7 @@ impl Harness {
                 memory.clone()
             }),
             stop,
+            telemetry: telemetry.clone(),
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(follow(
@@ -69,6 +72,7 @@ impl Harness {
         Self {
             fake,
             store,
+            telemetry,
             sources,
             events: tx,
             task,

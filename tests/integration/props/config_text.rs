@@ -330,7 +330,8 @@ fn good(key: &str) -> BoxedStrategy<String> {
         "max_scale_up_step" | "max_scale_down_step" => {
             (1u32..6).prop_map(|n| n.to_string()).boxed()
         }
-        "allow_privileged" => select_str(&["true", "false"]),
+        "allow_privileged" | "paused" => select_str(&["true", "false"]),
+        "scale_down_order" => select_str(&["\"newest\"", "\"oldest\"", "\"least-memory\""]),
         "warm_pool" => (0u32..=config::WARM_POOL_MAX)
             .prop_map(|n| n.to_string())
             .boxed(),
@@ -847,6 +848,10 @@ const BOUNDS: &[(&str, &str, bool)] = &[
         true,
     ),
     ("allow_privileged", "1", false),
+    ("paused", "true", true),
+    ("paused", "\"true\"", false),
+    ("scale_down_order", "\"least-memory\"", true),
+    ("scale_down_order", "\"largest\"", false),
     ("unknown_key", "1", false),
 ];
 

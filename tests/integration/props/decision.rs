@@ -45,6 +45,12 @@ fn spec_toml() -> BoxedStrategy<String> {
                 }
                 // Some groups keep a warm pool (the interval's digits pick its size).
                 t.push_str(&format!("warm_pool = {}\n", interval % 4));
+                // And a scale-down order; one in thirteen is paused.
+                let order = ["newest", "oldest", "least-memory"][(backoff % 3) as usize];
+                t.push_str(&format!("scale_down_order = \"{order}\"\n"));
+                if grace % 13 == 0 {
+                    t.push_str("paused = true\n");
+                }
                 t.push_str("\n[groups.web.config]\n\"limits.memory\" = \"64MiB\"\n");
                 t
             },
@@ -216,8 +222,10 @@ fn observation(p: &Pass) -> Observation {
                 created_at: i.created_at,
                 since_start: i.since_start,
                 memory: i.memory,
-                // Every fifth instance carries the warm-pool key (it matters when stopped).
+                // Every fifth instance carries the warm-pool key (it matters when stopped),
+                // every seventh is protected.
                 warm: (n + p.offset) % 5 == 4,
+                protected: (n + p.offset) % 7 == 3,
             })
             .collect(),
         foreign: Vec::new(),
@@ -246,6 +254,10 @@ fn check_plan(
         .filter(|a| matches!(a, Action::Create { .. } | Action::Promote { .. }))
         .count();
     prop_assert!(creates <= max, "{creates} creations, max {max}");
+    prop_assert!(
+        !spec.paused || plan.actions.is_empty(),
+        "a paused group acted"
+    );
     let refills = plan
         .actions
         .iter()
@@ -273,6 +285,10 @@ fn check_plan(
                 "{name} acted on twice: {:?}",
                 plan.actions
             );
+        }
+        if let Action::Remove { name, .. } = a {
+            let i = obs.instances.iter().find(|i| &i.name == name).unwrap();
+            prop_assert!(!i.protected, "a protected instance removed: {:?}", a);
         }
         if let Action::Start { name, .. } | Action::Promote { name, .. } = a {
             let i = obs.instances.iter().find(|i| &i.name == name).unwrap();

@@ -1,0 +1,376 @@
+//! The control socket: what the running daemon thinks, for people (`incus-hpa status`) and for
+//! Prometheus (`GET /metrics`). HTTP/1 over a unix socket (hyper), read-only.
+//!
+//! - `GET /status`: `{"groups": [GroupStatus…]}`, the board the loop writes after each pass;
+//! - `GET /metrics`: the Prometheus text exposition (prometheus-client) of [`Telemetry`].
+//!
+//! The socket is created mode 0660 (root and the members of the socket's group may read it);
+//! a socket that cannot be created is logged and the daemon goes on without it.
+
+use std::convert::Infallible;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+use tokio::net::UnixListener;
+
+/// Where the daemon listens unless `[daemon] control_socket` says otherwise (the unit's
+/// `RuntimeDirectory=`).
+pub const DEFAULT_SOCKET: &str = "/run/incus-hpa/control.sock";
+
+/// The last action of a group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastAction {
+    /// RFC 3339, UTC.
+    pub at: String,
+    /// `create`, `start`, `promote`, `create-warm`, `delete`.
+    pub kind: String,
+    pub instance: String,
+    /// `ok` or `failed`.
+    pub outcome: String,
+}
+
+/// One group, as `incus-hpa status --json` prints it (stable names).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    pub name: String,
+    pub project: String,
+    /// Instances in service (healthy, or stopped and being restarted).
+    pub current: u32,
+    pub desired: u32,
+    pub min: u32,
+    pub max: u32,
+    pub unhealthy: u32,
+    pub warm: u32,
+    /// Mean memory use of the measured instances, percent; `null` when unknown.
+    pub utilization: Option<f64>,
+    pub threshold: f64,
+    /// The decision's `REASON`; `pending` before the first pass.
+    pub reason: String,
+    pub paused: bool,
+    pub last_action: Option<LastAction>,
+    /// RFC 3339, UTC: the next pass at the latest.
+    pub next_pass: Option<String>,
+    pub last_error: Option<String>,
+}
+
+/// The `/status` document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub groups: Vec<GroupStatus>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    group: String,
+    project: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    group: String,
+    project: String,
+    kind: String,
+    outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InstanceLabels {
+    group: String,
+    project: String,
+    state: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+/// The daemon's metrics, shared by the loop (which counts) and the socket (which renders).
+pub struct Telemetry {
+    registry: Registry,
+    instances: Family<InstanceLabels, Gauge>,
+    utilization: Family<GroupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    paused: Family<GroupLabels, Gauge>,
+    actions: Family<ActionLabels, Counter>,
+    errors: Family<GroupLabels, Counter>,
+    board: Mutex<Status>,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("incus_hpa");
+        let instances = Family::<InstanceLabels, Gauge>::default();
+        registry.register(
+            "instances",
+            "Instances of a group by state: current (in service), desired, min, max, unhealthy, warm",
+            instances.clone(),
+        );
+        let utilization = Family::default();
+        registry.register(
+            "utilization_percent",
+            "Mean memory use of the measured instances, percent of their limits (NaN: unknown)",
+            utilization.clone(),
+        );
+        let paused = Family::default();
+        registry.register("paused", "1 when the group is paused", paused.clone());
+        let actions = Family::default();
+        registry.register(
+            "actions",
+            "Actions carried out, by kind and outcome",
+            actions.clone(),
+        );
+        let errors = Family::default();
+        registry.register("reconcile_errors", "Passes that failed", errors.clone());
+        let build = Family::<BuildLabels, Gauge>::default();
+        registry.register("build_info", "The running version", build.clone());
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+            })
+            .set(1);
+        Self {
+            registry,
+            instances,
+            utilization,
+            paused,
+            actions,
+            errors,
+            board: Mutex::new(Status::default()),
+        }
+    }
+}
+
+impl Telemetry {
+    /// Counts one action's outcome.
+    pub fn action(&self, group: &str, project: &str, kind: &str, ok: bool) {
+        self.actions
+            .get_or_create(&ActionLabels {
+                group: group.into(),
+                project: project.into(),
+                kind: kind.into(),
+                outcome: if ok { "ok" } else { "failed" }.into(),
+            })
+            .inc();
+    }
+
+    /// Counts a failed pass.
+    pub fn error(&self, group: &str, project: &str) {
+        self.errors
+            .get_or_create(&GroupLabels {
+                group: group.into(),
+                project: project.into(),
+            })
+            .inc();
+    }
+
+    /// Replaces the board, and the gauges with it (groups no longer configured disappear).
+    pub fn publish(&self, status: Status) {
+        self.instances.clear();
+        self.utilization.clear();
+        self.paused.clear();
+        for g in &status.groups {
+            let labels = GroupLabels {
+                group: g.name.clone(),
+                project: g.project.clone(),
+            };
+            for (state, n) in [
+                ("current", g.current),
+                ("desired", g.desired),
+                ("min", g.min),
+                ("max", g.max),
+                ("unhealthy", g.unhealthy),
+                ("warm", g.warm),
+            ] {
+                self.instances
+                    .get_or_create(&InstanceLabels {
+                        group: g.name.clone(),
+                        project: g.project.clone(),
+                        state: state.into(),
+                    })
+                    .set(i64::from(n));
+            }
+            self.utilization
+                .get_or_create(&labels)
+                .set(g.utilization.unwrap_or(f64::NAN));
+            self.paused.get_or_create(&labels).set(i64::from(g.paused));
+        }
+        *self.board.lock().unwrap_or_else(|e| e.into_inner()) = status;
+    }
+
+    /// The `/status` document now.
+    pub fn status(&self) -> Status {
+        self.board.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The Prometheus text exposition now.
+    pub fn metrics(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+fn respond(t: &Telemetry, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    let (status, kind, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/status") => (
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_string(&t.status()).unwrap_or_default(),
+        ),
+        (&Method::GET, "/metrics") => (
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            t.metrics(),
+        ),
+        (&Method::GET, _) => (StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        _ => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "read-only: GET /status, GET /metrics\n".into(),
+        ),
+    };
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = kind.parse() {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// Binds `path`, mode 0660. A socket left by a daemon that is gone is replaced; one that
+/// another daemon still answers on is not taken from it.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "another incus-hpa answers on it",
+        ));
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(listener)
+}
+
+/// Serves the control socket until the process ends.
+pub async fn serve(listener: UnixListener, telemetry: Arc<Telemetry>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let t = telemetry.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let r = respond(&t, &req);
+                async move { Ok::<_, Infallible>(r) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Binds and serves `path` in the background; logs (and carries on) when it cannot.
+pub fn start(path: PathBuf, telemetry: Arc<Telemetry>) {
+    match bind(&path) {
+        Ok(listener) => {
+            tracing::debug!(socket = %path.display(), "control socket ready");
+            tokio::spawn(serve(listener, telemetry));
+        }
+        Err(e) => tracing::warn!(socket = %path.display(), error = %e,
+            "no control socket at {} ({e}): `incus-hpa status` and /metrics are unavailable",
+            path.display()),
+    }
+}
+
+/// Formats a status document as a table in the style of `incus list`.
+pub fn table(status: &Status) -> String {
+    let header = [
+        "GROUP",
+        "PROJECT",
+        "CURRENT",
+        "DESIRED",
+        "MIN",
+        "MAX",
+        "MEMORY",
+        "TARGET",
+        "REASON",
+        "PAUSED",
+        "LAST ACTION",
+        "LAST ERROR",
+    ];
+    let rows: Vec<Vec<String>> = status
+        .groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.name.clone(),
+                g.project.clone(),
+                g.current.to_string(),
+                g.desired.to_string(),
+                g.min.to_string(),
+                g.max.to_string(),
+                g.utilization
+                    .map_or_else(|| "-".into(), |u| format!("{u:.1}%")),
+                format!("{}%", g.threshold),
+                g.reason.clone(),
+                if g.paused { "yes" } else { "no" }.into(),
+                g.last_action.as_ref().map_or_else(
+                    || "-".into(),
+                    |a| format!("{} {} {} ({})", a.at, a.kind, a.instance, a.outcome),
+                ),
+                g.last_error.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| -> String {
+        let inner: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!(" {c:<w$} "))
+            .collect();
+        format!("|{}|\n", inner.join("|"))
+    };
+    let sep = format!(
+        "+{}+\n",
+        widths
+            .iter()
+            .map(|w| "-".repeat(w + 2))
+            .collect::<Vec<_>>()
+            .join("+")
+    );
+    let mut out = sep.clone();
+    out.push_str(&line(header.iter().map(|h| h.to_string()).collect()));
+    out.push_str(&sep);
+    for r in rows {
+        out.push_str(&line(r));
+    }
+    out.push_str(&sep);
+    out
+}

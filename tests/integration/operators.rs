@@ -1,0 +1,193 @@
+//! Operator controls against the fake Incus: a paused group holds still until it is resumed by
+//! an edit, and a protected instance survives a scale-down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fake::{mem, FakeIncus};
+use crate::util::{eventually, run_for, web, Harness};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn paused(toml: &str) -> String {
+    toml.replace("[groups.web.config]", "paused = true\n[groups.web.config]")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_group_holds_still_and_moves_once_resumed() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(90.0));
+    let h = Harness::start(&web(1, 4), fake);
+    eventually("1 running", MINUTE, || h.fake.running("web") == 1).await;
+    // Over threshold: paused from whatever it reached by then.
+    h.reload(&paused(&web(1, 4)));
+    run_for(Duration::from_secs(3)).await;
+    let creates = h.fake.calls("create");
+    let deletes = h.fake.calls("delete");
+    let starts = h.fake.calls("change_state");
+    // A stopped instance is not even restarted while paused.
+    let victim = h.fake.managed("web")[0].0.clone();
+    h.fake.set_status(&victim, "Stopped");
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(h.fake.calls("create"), creates, "created while paused");
+    assert_eq!(h.fake.calls("delete"), deletes, "deleted while paused");
+    assert_eq!(h.fake.calls("change_state"), starts, "started while paused");
+    // Resumed by an edit: it acts at once.
+    h.reload(&web(1, 4));
+    eventually("4 running after the resume", MINUTE, || {
+        h.fake.running("web") == 4
+    })
+    .await;
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_protected_instance_survives_a_scale_down_to_min() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(90.0));
+    let toml = web(1, 3).replace("\"60s\"", "\"4s\"");
+    let h = Harness::start(&toml, fake);
+    eventually("3 running", MINUTE, || h.fake.running("web") == 3).await;
+    // The newest would go first: protect it.
+    let newest = h
+        .fake
+        .managed("web")
+        .into_iter()
+        .max_by_key(|(n, _)| h.fake.get_instance(n).unwrap().created)
+        .unwrap()
+        .0;
+    h.fake
+        .set_config(&newest, "user.incus-hpa.protected", Some("true"));
+    h.fake.set_group_memory("web", 5.0);
+    eventually("back to 1", MINUTE, || h.fake.running("web") == 1).await;
+    assert_eq!(
+        h.fake.managed("web"),
+        vec![(newest, "Running".to_owned())],
+        "the protected instance is the one left"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_status_board_and_metrics_follow_the_group() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(90.0));
+    let h = Harness::start(&web(1, 3), fake);
+    eventually("3 running", MINUTE, || h.fake.running("web") == 3).await;
+    eventually("the board shows 3", MINUTE, || {
+        h.telemetry
+            .status()
+            .groups
+            .first()
+            .is_some_and(|g| g.current == 3)
+    })
+    .await;
+    let g = h.telemetry.status().groups[0].clone();
+    assert_eq!((g.name.as_str(), g.project.as_str()), ("web", "default"));
+    assert_eq!((g.desired, g.min, g.max, g.paused), (3, 1, 3, false));
+    let last = g.last_action.expect("a last action");
+    assert_eq!(
+        (last.kind.as_str(), last.outcome.as_str()),
+        ("create", "ok")
+    );
+    assert!(g.next_pass.is_some());
+    let text = h.telemetry.metrics();
+    for line in [
+        "incus_hpa_instances{group=\"web\",project=\"default\",state=\"current\"} 3",
+        "incus_hpa_instances{group=\"web\",project=\"default\",state=\"max\"} 3",
+        "incus_hpa_actions_total{group=\"web\",project=\"default\",kind=\"create\",outcome=\"ok\"} 3",
+        "incus_hpa_paused{group=\"web\",project=\"default\"} 0",
+        "incus_hpa_build_info{version=\"",
+        "# EOF",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+    // Paused by an edit: the board and the gauge say so.
+    h.reload(&paused(&web(1, 3)));
+    eventually("paused on the board", MINUTE, || {
+        h.telemetry.status().groups[0].paused
+    })
+    .await;
+    assert!(h
+        .telemetry
+        .metrics()
+        .contains("incus_hpa_paused{group=\"web\",project=\"default\"} 1"));
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
+    use incus_hpa::control::{self, GroupStatus, Status, Telemetry};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("control.sock");
+    let t = Arc::new(Telemetry::default());
+    t.publish(Status {
+        groups: vec![GroupStatus {
+            name: "web".into(),
+            project: "default".into(),
+            current: 2,
+            desired: 3,
+            min: 1,
+            max: 5,
+            unhealthy: 0,
+            warm: 0,
+            utilization: Some(71.5),
+            threshold: 60.0,
+            reason: "above-threshold".into(),
+            paused: false,
+            last_action: None,
+            next_pass: None,
+            last_error: None,
+        }],
+    });
+    tokio::spawn(control::serve(control::bind(&path).unwrap(), t));
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o660);
+    // A second daemon does not take a socket that answers.
+    assert!(control::bind(&path).is_err());
+    let client = reqwest::Client::builder()
+        .unix_socket(path.as_path())
+        .build()
+        .unwrap();
+    let get = |p: &str| client.get(format!("http://x{p}")).send();
+    let status: Status = get("/status").await.unwrap().json().await.unwrap();
+    assert_eq!(status.groups[0].desired, 3);
+    let metrics = get("/metrics").await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains("incus_hpa_utilization_percent{group=\"web\",project=\"default\"} 71.5"),
+        "{metrics}"
+    );
+    assert_eq!(get("/other").await.unwrap().status(), 404);
+    let post = client.post("http://x/status").send().await.unwrap();
+    assert_eq!(post.status(), 405);
+    // The CLI: a table, the JSON, and a clear exit 1 when nothing answers.
+    let bin = env!("CARGO_BIN_EXE_incus-hpa");
+    let table = tokio::process::Command::new(bin)
+        .args(["status", "--control-socket"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.status.success() && out.contains("| web ") && out.contains("71.5%"),
+        "{out}"
+    );
+    let json = tokio::process::Command::new(bin)
+        .args(["status", "--json", "--control-socket"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(doc["groups"][0]["utilization"], 71.5);
+    let none = tokio::process::Command::new(bin)
+        .args(["status", "--control-socket"])
+        .arg(dir.path().join("nothing.sock"))
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(none.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no incus-hpa daemon is running"));
+}

@@ -1,0 +1,98 @@
+//! Operator controls on the real Incus: a paused group whose memory is over its threshold holds
+//! still until it is resumed, `incus-hpa status` and the metrics agree with Incus, and protected
+//! instances survive a scale-down.
+
+use std::time::Duration;
+
+use crate::lab::*;
+
+const MINUTE: Duration = Duration::from_secs(60);
+const PROTECTED: &str = "user.incus-hpa.protected";
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_pause_holds_a_group_and_protection_keeps_instances() {
+    let mut lab = Lab::new("ops");
+    let g = lab.group.clone();
+    let sock = lab.dir.path().join("control.sock");
+    let with_socket = |t: String| {
+        t.replace(
+            "[daemon]",
+            &format!("[daemon]\ncontrol_socket = \"{}\"", sock.display()),
+        )
+    };
+    let toml = with_socket(config(&g, 1, 3, ""));
+    let paused = with_socket(config(&g, 1, 3, "paused = true"));
+    lab.start(&toml);
+    eventually(&lab, "min (1) running", MINUTE, || running(&g) == 1);
+    let first = managed(&g)[0].0.clone();
+
+    // Paused, then over threshold: it decides to scale up, says it is paused, does nothing.
+    lab.reload(&paused);
+    lab.exec(&first, FILL);
+    eventually(&lab, "a paused decision to scale up", MINUTE, || {
+        lab.log_count(&["paused (nothing is done)", "scaling up", "paused=true"]) > 0
+    });
+    assert_eq!(managed(&g).len(), 1, "acted while paused\n{}", lab.log());
+
+    // Resumed: it scales up; `status --json` and the metrics agree with Incus.
+    lab.reload(&toml);
+    eventually(&lab, "2 running after the resume", MINUTE, || {
+        running(&g) == 2
+    });
+    eventually(&lab, "status --json shows 2", MINUTE, || {
+        let doc = status_json(&sock);
+        doc["groups"][0]["current"] == 2 && doc["groups"][0]["paused"] == false
+    });
+    let doc = status_json(&sock);
+    assert_eq!(doc["groups"][0]["name"], g.as_str());
+    assert_eq!(doc["groups"][0]["last_action"]["kind"], "create");
+    let metrics = get(&sock, "/metrics");
+    let current =
+        format!("incus_hpa_instances{{group=\"{g}\",project=\"default\",state=\"current\"}} 2");
+    assert!(metrics.contains(&current), "{metrics}");
+    let second = managed(&g)
+        .into_iter()
+        .find(|(n, _)| *n != first)
+        .unwrap()
+        .0;
+
+    // Both protected, memory released: nothing can go, and the decision says why.
+    incus_ok(&["config", "set", &first, &format!("{PROTECTED}=true")]);
+    incus_ok(&["config", "set", &second, &format!("{PROTECTED}=true")]);
+    lab.exec(&first, "rm -f /dev/shm/fill");
+    eventually(&lab, "a decision held by protection", MINUTE, || {
+        lab.log_count(&["reason=\"protected\""]) > 0
+    });
+    assert_eq!(managed(&g).len(), 2, "{}", lab.log());
+
+    // The first unprotected: it goes (it is the one left to remove), the newest stays.
+    incus_ok(&["config", "unset", &first, PROTECTED]);
+    eventually(&lab, "back to 1", MINUTE, || managed(&g).len() == 1);
+    assert_eq!(
+        managed(&g)[0].0,
+        second,
+        "the protected instance was removed"
+    );
+    assert_eq!(lab.terminate(), Some(0), "{}", lab.log());
+}
+
+fn status_json(sock: &std::path::Path) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_incus-hpa"))
+        .args(["status", "--json", "--control-socket"])
+        .arg(sock)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// One HTTP/1.0 GET on the control socket: the body.
+fn get(sock: &std::path::Path, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n")
+        .map_or(out.clone(), |(_, b)| b.to_owned())
+}
