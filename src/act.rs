@@ -10,8 +10,9 @@
 //!   created instance whose identity Incus did not keep is removed and reported as a failure;
 //! - start: a stopped instance of the group; a failed start leaves it as it is (the decision
 //!   core retries it with a backoff);
-//! - remove: checks ownership again on a fresh read, stops gracefully within the group's
-//!   `stop_timeout`, then by force, then deletes.
+//! - remove: checks ownership again on a fresh read, runs the group's `drain_command` in it
+//!   (within `drain_timeout`; a failed or timed-out drain still removes it), stops gracefully
+//!   within the group's `stop_timeout`, then by force, then deletes.
 
 use std::collections::HashMap;
 
@@ -298,7 +299,37 @@ async fn remove(
             ),
         });
     }
+    if inst.status().is_healthy() && !spec.drain_command.is_empty() {
+        drain(incus, spec, name).await;
+    }
     remove_instance(incus, store, spec, name, inst.status()).await
+}
+
+/// Runs the group's `drain_command` in `name` before its stop, within `drain_timeout`, and logs
+/// how it went. Whatever happens, the removal goes on.
+async fn drain(incus: &dyn Incus, spec: &GroupSpec, name: &str) {
+    let t0 = std::time::Instant::now();
+    let ran = tokio::time::timeout(
+        spec.drain_timeout,
+        incus.exec(&spec.project, name, &spec.drain_command),
+    )
+    .await;
+    let took = format!("{:.1}s", t0.elapsed().as_secs_f64());
+    let g = spec.name.as_str();
+    match ran {
+        Ok(Ok(0)) => tracing::info!(group = g, instance = name, action = "drain", outcome = "ok",
+            exit = 0, duration = %took, "drained {name} in {took} (exit status 0)"),
+        Ok(Ok(code)) => tracing::warn!(group = g, instance = name, action = "drain",
+            outcome = "failed", exit = code, duration = %took,
+            "the drain command in {name} exited {code} after {took}: removing it anyway"),
+        Ok(Err(e)) => tracing::warn!(group = g, instance = name, action = "drain",
+            outcome = "failed", error = %e, duration = %took,
+            "the drain command could not run in {name} ({e}): removing it anyway"),
+        Err(_) => tracing::warn!(group = g, instance = name, action = "drain",
+            outcome = "timeout", duration = %took,
+            "the drain command in {name} did not end within {}: removing it anyway",
+            humantime::format_duration(spec.drain_timeout)),
+    }
 }
 
 async fn remove_instance(

@@ -157,6 +157,10 @@ pub struct GroupSpec {
     pub paused: bool,
     /// Which instances a scale-down removes first.
     pub scale_down_order: ScaleDownOrder,
+    /// Run inside an instance before its graceful stop (empty: none).
+    pub drain_command: Vec<String>,
+    /// How long the drain command may run.
+    pub drain_timeout: Duration,
 }
 
 /// Which instances a scale-down removes first (after stopped ones, which always go first).

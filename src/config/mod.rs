@@ -85,6 +85,9 @@ const DAEMON_KEYS: &[&str] = &[
     "control_socket",
 ];
 
+/// The longest `drain_timeout` accepted.
+pub const DRAIN_TIMEOUT_MAX: Duration = Duration::from_secs(300);
+
 /// The largest warm pool accepted per group.
 pub const WARM_POOL_MAX: u32 = 100;
 
@@ -115,6 +118,8 @@ pub const GROUP_KEYS: &[&str] = &[
     "warm_pool",
     "paused",
     "scale_down_order",
+    "drain_command",
+    "drain_timeout",
     "allow_privileged",
 ];
 
@@ -308,6 +313,24 @@ fn group(
                     ScaleDownOrder::default()
                 }
             });
+    let drain_command = t
+        .strings(c, "drain_command")
+        .map_or_else(Vec::new, |(v, span)| {
+            if v.is_empty() || v[0].is_empty() {
+                c.error(
+                    Some(span),
+                    &t.key("drain_command"),
+                    "must name a program, e.g. [\"/bin/sh\", \"-c\", \"…\"]",
+                );
+            }
+            v
+        });
+    let drain_timeout = t.duration_within(
+        c,
+        "drain_timeout",
+        Duration::from_secs(1),
+        DRAIN_TIMEOUT_MAX,
+    );
     let config = t
         .table(c, "config")
         .map(|ct| instance_config(c, ct, allow_privileged));
@@ -425,6 +448,8 @@ fn group(
         warm_pool: warm_pool.map_or(0, |(n, _)| n),
         paused,
         scale_down_order,
+        drain_command,
+        drain_timeout: secs(drain_timeout, 30),
         name,
     })
 }

@@ -308,6 +308,8 @@ fn the_warm_pool_is_filled_used_first_and_never_counted() {
         warm_pool: 2,
         paused: false,
         scale_down_order: Default::default(),
+        drain_command: vec![],
+        drain_timeout: Duration::from_secs(30),
         ..spec(1, 5, 50.0)
     };
     // Empty pool: filled, after everything else.
@@ -338,6 +340,8 @@ fn the_warm_pool_is_filled_used_first_and_never_counted() {
         warm_pool: 1,
         paused: false,
         scale_down_order: Default::default(),
+        drain_command: vec![],
+        drain_timeout: Duration::from_secs(30),
         scale_down_stabilization: Duration::ZERO,
         ..spec(1, 5, 50.0)
     };

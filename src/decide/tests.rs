@@ -33,6 +33,8 @@ pub(super) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         warm_pool: 0,
         paused: false,
         scale_down_order: Default::default(),
+        drain_command: vec![],
+        drain_timeout: Duration::from_secs(30),
     }
 }
 

@@ -137,9 +137,22 @@ impl UnixClient {
         body: Option<&Value>,
         what: &str,
     ) -> Result<(), IncusError> {
+        self.operation_result(method, path, body, what)
+            .await
+            .map(drop)
+    }
+
+    /// Like [`UnixClient::operation`], returning the ended operation's own `metadata`.
+    async fn operation_result(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        what: &str,
+    ) -> Result<Value, IncusError> {
         let (_, env) = self.send(method, path, body, self.timeout, what).await?;
         if env.kind != "async" || env.operation.is_empty() {
-            return Ok(());
+            return Ok(Value::Null);
         }
         let secs = OPERATION_TIMEOUT.as_secs();
         let wait = format!("{}/wait?timeout={secs}", env.operation);
@@ -166,7 +179,11 @@ impl UnixClient {
             .and_then(Value::as_str)
             .unwrap_or("");
         if status == "Success" {
-            return Ok(());
+            return Ok(done
+                .metadata
+                .get("metadata")
+                .cloned()
+                .unwrap_or(Value::Null));
         }
         let err = done
             .metadata
@@ -199,6 +216,21 @@ fn enc(s: &str) -> String {
 
 #[async_trait]
 impl Incus for UnixClient {
+    async fn exec(&self, project: &str, name: &str, command: &[String]) -> Result<i64, IncusError> {
+        let path = format!("/1.0/instances/{}/exec?project={}", enc(name), enc(project));
+        let body = serde_json::json!({
+            "command": command,
+            "wait-for-websocket": false,
+            "interactive": false,
+            "record-output": false,
+        });
+        let what = format!("running the drain command in {name}");
+        let meta = self
+            .operation_result(Method::POST, &path, Some(&body), &what)
+            .await?;
+        Ok(meta.get("return").and_then(Value::as_i64).unwrap_or(-1))
+    }
+
     async fn server_version(&self) -> Result<String, IncusError> {
         let v: Value = self.get_json("/1.0", "GET /1.0").await?;
         Ok(v.pointer("/environment/server_version")

@@ -169,6 +169,9 @@ pub trait Incus: Send + Sync {
         name: &str,
         change: StateChange,
     ) -> Result<(), IncusError>;
+    /// Runs `command` in a running instance (no terminal, output discarded) and returns its exit
+    /// status once it ended.
+    async fn exec(&self, project: &str, name: &str, command: &[String]) -> Result<i64, IncusError>;
     /// Deletes a stopped instance; returns once the operation finished.
     async fn delete(&self, project: &str, name: &str) -> Result<(), IncusError>;
     /// Sets one config key of an instance (`PATCH`, other keys untouched).

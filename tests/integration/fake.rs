@@ -47,6 +47,10 @@ struct State {
     /// [`FakeIncus::overlaps`]).
     creating: usize,
     overlaps: u64,
+    /// Drain commands run, by instance; their exit status; how long they take.
+    pub drains: Vec<(String, Vec<String>)>,
+    pub drain_exit: i64,
+    pub drain_time: Option<std::time::Duration>,
     /// Followers of the lifecycle events.
     followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
 }
@@ -267,6 +271,23 @@ pub fn mem(percent: f64) -> Memory {
 
 #[async_trait]
 impl Incus for FakeIncus {
+    async fn exec(
+        &self,
+        _project: &str,
+        name: &str,
+        command: &[String],
+    ) -> Result<i64, IncusError> {
+        self.call("exec")?;
+        let (exit, time) = self.with(|s| {
+            s.drains.push((name.to_owned(), command.to_vec()));
+            (s.drain_exit, s.drain_time)
+        });
+        if let Some(t) = time {
+            tokio::time::sleep(t).await;
+        }
+        Ok(exit)
+    }
+
     async fn server_version(&self) -> Result<String, IncusError> {
         self.call("server_version")?;
         Ok("fake".into())
@@ -519,6 +540,19 @@ impl EventSource for FakeIncus {
 
 impl FakeIncus {
     /// Ends every event stream (as a restart of incusd does).
+    /// Drain commands: every later one exits `exit` after `time`.
+    pub fn set_drain(&self, exit: i64, time: Option<std::time::Duration>) {
+        self.with(|s| {
+            s.drain_exit = exit;
+            s.drain_time = time;
+        });
+    }
+
+    /// The drain commands run so far: (instance, command).
+    pub fn drains(&self) -> Vec<(String, Vec<String>)> {
+        self.with(|s| s.drains.clone())
+    }
+
     /// How many stops and deletes began while a creation was under way.
     pub fn overlaps(&self) -> u64 {
         self.with(|s| s.overlaps)

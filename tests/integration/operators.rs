@@ -191,3 +191,36 @@ async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
     assert_eq!(none.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&none.stderr).contains("no incus-hpa daemon is running"));
 }
+
+fn draining(toml: &str, timeout: &str) -> String {
+    toml.replace(
+        "[groups.web.config]",
+        &format!(
+            "drain_command = [\"/bin/sh\", \"-c\", \"drain\"]\ndrain_timeout = \"{timeout}\"\n\
+             [groups.web.config]"
+        ),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_runs_before_each_removal_and_a_failed_or_slow_one_still_removes() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(90.0));
+    let toml = draining(&web(1, 3).replace("\"60s\"", "\"4s\""), "5s");
+    let h = Harness::start(&toml, fake);
+    eventually("3 running", MINUTE, || h.fake.running("web") == 3).await;
+    // The first removal's drain fails, the second's hangs past its timeout.
+    h.fake.set_drain(3, None);
+    h.fake.set_group_memory("web", 30.0);
+    eventually("2 left", MINUTE, || h.fake.managed("web").len() == 2).await;
+    h.fake.set_drain(0, Some(Duration::from_secs(3600)));
+    h.fake.set_group_memory("web", 5.0);
+    eventually("1 left", MINUTE, || h.fake.managed("web").len() == 1).await;
+    let drains = h.fake.drains();
+    assert_eq!(drains.len(), 2, "{drains:?}");
+    for (name, command) in &drains {
+        assert!(!h.fake.exists(name), "{name} was drained and kept");
+        assert_eq!(command, &["/bin/sh", "-c", "drain"]);
+    }
+    h.shutdown().await;
+}

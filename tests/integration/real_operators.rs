@@ -96,3 +96,33 @@ fn get(sock: &std::path::Path, path: &str) -> String {
     out.split_once("\r\n\r\n")
         .map_or(out.clone(), |(_, b)| b.to_owned())
 }
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_drain_runs_inside_the_instance_before_its_removal() {
+    let mut lab = Lab::new("drain");
+    let g = lab.group.clone();
+    // It writes a file, reads it back and exits with a status the daemon must report.
+    let drain = "drain_command = [\"/bin/sh\", \"-c\", \"echo bye > /tmp/drained && \
+                 test -s /tmp/drained && exit 3\"]\ndrain_timeout = \"10s\"";
+    lab.start(&config(&g, 1, 2, drain));
+    eventually(&lab, "min (1) running", MINUTE, || running(&g) == 1);
+    let first = managed(&g)[0].0.clone();
+    lab.exec(&first, FILL);
+    eventually(&lab, "scale-up to 2", MINUTE, || running(&g) == 2);
+    let second = managed(&g)
+        .into_iter()
+        .find(|(n, _)| *n != first)
+        .unwrap()
+        .0;
+    lab.exec(&first, "rm -f /dev/shm/fill");
+    eventually(&lab, "back to 1", MINUTE, || managed(&g).len() == 1);
+    let log = lab.log();
+    let drained = format!("the drain command in {second} exited 3 after");
+    assert!(log.contains(&drained), "{log}");
+    assert!(
+        !exists(&second),
+        "a failed drain still removes the instance"
+    );
+    assert_eq!(lab.terminate(), Some(0), "{}", lab.log());
+}

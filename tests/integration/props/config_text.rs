@@ -332,6 +332,8 @@ fn good(key: &str) -> BoxedStrategy<String> {
         }
         "allow_privileged" | "paused" => select_str(&["true", "false"]),
         "scale_down_order" => select_str(&["\"newest\"", "\"oldest\"", "\"least-memory\""]),
+        "drain_command" => select_str(&["[\"/bin/sh\", \"-c\", \"sleep 1\"]", "[\"true\"]"]),
+        "drain_timeout" => select_str(&["\"1s\"", "\"30s\"", "\"5m\""]),
         "warm_pool" => (0u32..=config::WARM_POOL_MAX)
             .prop_map(|n| n.to_string())
             .boxed(),
@@ -852,6 +854,11 @@ const BOUNDS: &[(&str, &str, bool)] = &[
     ("paused", "\"true\"", false),
     ("scale_down_order", "\"least-memory\"", true),
     ("scale_down_order", "\"largest\"", false),
+    ("drain_command", "[]", false),
+    ("drain_command", "[\"/bin/true\"]", true),
+    ("drain_timeout", "\"5m\"", true),
+    ("drain_timeout", "\"6m\"", false),
+    ("drain_timeout", "\"0s\"", false),
     ("unknown_key", "1", false),
 ];
 
