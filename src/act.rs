@@ -32,6 +32,8 @@ use crate::observe::is_owned;
 #[derive(Debug)]
 pub struct Outcome {
     pub action: &'static str,
+    /// How long it took.
+    pub took: Duration,
     pub instance: String,
     pub cause: Cause,
     pub result: Result<(), IncusError>,
@@ -90,6 +92,7 @@ async fn run(incus: &dyn Incus, store: &Store, spec: &GroupSpec, action: &Action
     // Events about the instance are not read while the daemon works on it (it reads the
     // result itself; a read during a start can stall it on Incus 6.0).
     store.begin(&spec.project, &instance);
+    let t0 = tokio::time::Instant::now();
     let result = match action {
         Action::Create { .. } => create(incus, store, spec, &instance).await,
         Action::CreateWarm => create_as(incus, store, spec, &instance, true).await,
@@ -110,6 +113,7 @@ async fn run(incus: &dyn Incus, store: &Store, spec: &GroupSpec, action: &Action
         ),
     }
     Outcome {
+        took: t0.elapsed(),
         action: kind,
         instance,
         cause,

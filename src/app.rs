@@ -115,14 +115,16 @@ fn socket_str(socket: &Path) -> anyhow::Result<String> {
 }
 
 fn context(socket: &str) -> anyhow::Result<Context> {
-    let incus: Arc<dyn Incus> = Arc::new(UnixClient::new(socket)?);
+    let telemetry = Arc::new(crate::control::Telemetry::default());
+    let client = UnixClient::new(socket)?.counting(telemetry.requests.clone());
+    let incus: Arc<dyn Incus> = Arc::new(client);
     let for_memory = incus.clone();
     Ok(Context {
         memory: Arc::new(move |kind| memory::source(kind, for_memory.clone())),
         incus,
         store: Arc::new(Store::default()),
         stop: Arc::new(AtomicBool::new(false)),
-        telemetry: Arc::default(),
+        telemetry,
     })
 }
 
@@ -176,6 +178,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
         ctx.incus.clone(),
         ctx.store.clone(),
         tx.clone(),
+        ctx.telemetry.reconnects.clone(),
     ));
     // Saving the file reloads it, like SIGHUP does.
     let _watch = match crate::watch::watch(path, tx.clone()) {

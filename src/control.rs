@@ -21,6 +21,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use tokio::net::UnixListener;
@@ -93,6 +94,62 @@ struct InstanceLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    endpoint: String,
+    /// `2xx`, `4xx`, `5xx`…, or `error` when no answer came.
+    status: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+/// Requests to Incus by method, endpoint (names and ids replaced by placeholders) and status
+/// class; the client counts into it.
+#[derive(Debug, Clone, Default)]
+pub struct Requests(Family<RequestLabels, Counter>);
+
+impl Requests {
+    pub fn count(&self, method: &str, path: &str, status: Option<u16>) {
+        self.0
+            .get_or_create(&RequestLabels {
+                method: method.into(),
+                endpoint: endpoint(path),
+                status: status.map_or_else(|| "error".into(), |s| format!("{}xx", s / 100)),
+            })
+            .inc();
+    }
+}
+
+/// `/1.0/instances/web-a/state?project=p` → `/1.0/instances/{name}/state`: the path without
+/// its query, every segment after a collection replaced by a placeholder.
+pub fn endpoint(path: &str) -> String {
+    let path = path.split('?').next().unwrap_or(path);
+    let mut out = Vec::new();
+    let mut after = "";
+    for seg in path.split('/') {
+        out.push(match after {
+            "instances" => "{name}",
+            "operations" => "{id}",
+            _ => seg,
+        });
+        after = if matches!(after, "instances" | "operations") {
+            ""
+        } else {
+            seg
+        };
+    }
+    out.join("/")
+}
+
+fn histogram() -> Histogram {
+    // 10 ms to about 80 s.
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
 }
@@ -105,6 +162,12 @@ pub struct Telemetry {
     paused: Family<GroupLabels, Gauge>,
     actions: Family<ActionLabels, Counter>,
     errors: Family<GroupLabels, Counter>,
+    /// Requests to Incus (the client counts them).
+    pub requests: Requests,
+    /// (Re)connections of the event stream after the first.
+    pub reconnects: Counter,
+    passes: Family<GroupLabels, Histogram, fn() -> Histogram>,
+    action_seconds: Family<KindLabels, Histogram, fn() -> Histogram>,
     board: Mutex<Status>,
 }
 
@@ -133,6 +196,32 @@ impl Default for Telemetry {
         );
         let errors = Family::default();
         registry.register("reconcile_errors", "Passes that failed", errors.clone());
+        let requests = Requests::default();
+        registry.register(
+            "incus_requests",
+            "Requests to Incus by method, endpoint and status class",
+            requests.0.clone(),
+        );
+        let reconnects = Counter::default();
+        registry.register(
+            "event_stream_reconnects",
+            "Reconnections of the Incus event stream",
+            reconnects.clone(),
+        );
+        let passes =
+            Family::<GroupLabels, Histogram, fn() -> Histogram>::new_with_constructor(histogram);
+        registry.register(
+            "reconcile_duration_seconds",
+            "How long a pass of a group took (observe, decide, act)",
+            passes.clone(),
+        );
+        let action_seconds =
+            Family::<KindLabels, Histogram, fn() -> Histogram>::new_with_constructor(histogram);
+        registry.register(
+            "action_duration_seconds",
+            "How long an action took, by kind",
+            action_seconds.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         registry.register("build_info", "The running version", build.clone());
         build
@@ -147,14 +236,38 @@ impl Default for Telemetry {
             paused,
             actions,
             errors,
+            requests,
+            reconnects,
+            passes,
+            action_seconds,
             board: Mutex::new(Status::default()),
         }
     }
 }
 
 impl Telemetry {
-    /// Counts one action's outcome.
-    pub fn action(&self, group: &str, project: &str, kind: &str, ok: bool) {
+    /// Records how long one pass of a group took.
+    pub fn pass(&self, group: &str, project: &str, took: std::time::Duration) {
+        self.passes
+            .get_or_create(&GroupLabels {
+                group: group.into(),
+                project: project.into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts one action's outcome, and how long it took.
+    pub fn action(
+        &self,
+        group: &str,
+        project: &str,
+        kind: &str,
+        ok: bool,
+        took: std::time::Duration,
+    ) {
+        self.action_seconds
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .observe(took.as_secs_f64());
         self.actions
             .get_or_create(&ActionLabels {
                 group: group.into(),
@@ -274,8 +387,14 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 /// Serves the control socket until the process ends.
 pub async fn serve(listener: UnixListener, telemetry: Arc<Telemetry>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, say: let the connections in flight end first.
+                tracing::debug!(error = %e, "control socket: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let t = telemetry.clone();
         tokio::spawn(async move {
@@ -373,4 +492,31 @@ pub fn table(status: &Status) -> String {
     }
     out.push_str(&sep);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoint;
+
+    #[test]
+    fn endpoints_name_no_instance_nor_operation() {
+        assert_eq!(endpoint("/1.0"), "/1.0");
+        assert_eq!(
+            endpoint("/1.0/instances?recursion=1&project=p"),
+            "/1.0/instances"
+        );
+        assert_eq!(
+            endpoint("/1.0/instances/web-a/state?project=p"),
+            "/1.0/instances/{name}/state"
+        );
+        assert_eq!(
+            endpoint("/1.0/instances/web-a/exec"),
+            "/1.0/instances/{name}/exec"
+        );
+        assert_eq!(
+            endpoint("/1.0/operations/1c2d-33/wait?timeout=5"),
+            "/1.0/operations/{id}/wait"
+        );
+        assert_eq!(endpoint("/1.0/metrics?project=p"), "/1.0/metrics");
+    }
 }

@@ -144,7 +144,8 @@ impl EventSource for UnixEvents {
     }
 }
 
-/// Follows the event source forever, reconnecting with backoff (at most [`WAIT_MAX`] apart).
+/// Follows the event source forever, reconnecting with backoff (at most [`WAIT_MAX`] apart),
+/// and counts the reconnections in `reconnects`.
 /// On every connection the cache is to be listed again and [`Event::IncusBack`] is sent; every
 /// lifecycle event updates the cache, then sends [`Event::InstanceChanged`] when it may leave a
 /// group short.
@@ -153,11 +154,26 @@ pub async fn follow(
     incus: Arc<dyn Incus>,
     store: Arc<Store>,
     events: UnboundedSender<Event>,
+    reconnects: prometheus_client::metrics::counter::Counter,
 ) {
     let mut failures = 0;
+    let mut ever = false;
     loop {
         let mut connected = false;
-        let result = stream(source.as_ref(), &incus, &store, &events, &mut connected).await;
+        let mut on_connect = || {
+            if std::mem::replace(&mut ever, true) {
+                reconnects.inc();
+            }
+        };
+        let result = stream(
+            source.as_ref(),
+            &incus,
+            &store,
+            &events,
+            &mut connected,
+            &mut on_connect,
+        )
+        .await;
         if events.is_closed() {
             return;
         }
@@ -182,9 +198,11 @@ async fn stream(
     store: &Arc<Store>,
     events: &UnboundedSender<Event>,
     connected: &mut bool,
+    on_connect: &mut (dyn FnMut() + Send),
 ) -> Result<(), String> {
     let mut stream = source.connect().await?;
     *connected = true;
+    on_connect();
     // Events may have been missed while not following: list everything again.
     store.invalidate_all();
     if events.send(Event::IncusBack).is_err() {

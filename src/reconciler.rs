@@ -244,6 +244,11 @@ impl Reconciler {
         let passes = due.map(|g| async move {
             let result = reconcile(ctx, memory, g, now, resync, parallel).await;
             let done = Instant::now();
+            ctx.telemetry.pass(
+                g.spec.name.as_str(),
+                &g.spec.project,
+                done.saturating_duration_since(now),
+            );
             g.done = Some(done);
             let removed = match result {
                 Ok((summary, requeue_in, removed)) => {
@@ -404,7 +409,7 @@ async fn reconcile(
     for o in &outcomes {
         let ok = o.result.is_ok();
         ctx.telemetry
-            .action(spec.name.as_str(), &spec.project, o.action, ok);
+            .action(spec.name.as_str(), &spec.project, o.action, ok, o.took);
         g.last_action = Some(LastAction {
             at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             kind: o.action.to_owned(),

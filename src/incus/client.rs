@@ -35,6 +35,8 @@ pub struct UnixClient {
     socket: String,
     timeout: Duration,
     requests: AtomicU64,
+    /// Requests by endpoint and status class, for `/metrics` (see [`UnixClient::counting`]).
+    counted: Option<crate::control::Requests>,
 }
 
 /// The envelope every Incus answer comes in.
@@ -68,6 +70,7 @@ impl UnixClient {
             http,
             socket: socket.to_owned(),
             timeout,
+            counted: None,
             requests: AtomicU64::new(0),
         })
     }
@@ -78,6 +81,18 @@ impl UnixClient {
     }
 
     /// Sends one request and returns the envelope of a successful answer.
+    /// Counts every request in `requests` from now on.
+    pub fn counting(mut self, requests: crate::control::Requests) -> Self {
+        self.counted = Some(requests);
+        self
+    }
+
+    fn count(&self, method: &Method, path: &str, status: Option<StatusCode>) {
+        if let Some(c) = &self.counted {
+            c.count(method.as_str(), path, status.map(|s| s.as_u16()));
+        }
+    }
+
     async fn send(
         &self,
         method: Method,
@@ -88,6 +103,7 @@ impl UnixClient {
     ) -> Result<(StatusCode, Envelope), IncusError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(%method, path, "request to Incus");
+        let method_name = method.clone();
         let mut req = self
             .http
             .request(method, format!("http://incus{path}"))
@@ -98,7 +114,9 @@ impl UnixClient {
         let transport = |e: reqwest::Error| {
             IncusError::Transport(Unreachable::from_error(&self.socket, &e, timeout))
         };
-        let resp = req.send().await.map_err(transport)?;
+        let resp = req.send().await;
+        self.count(&method_name, path, resp.as_ref().ok().map(|r| r.status()));
+        let resp = resp.map_err(transport)?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(transport)?;
         let env: Envelope = serde_json::from_slice(&bytes).map_err(|e| IncusError::Decode {
@@ -376,8 +394,9 @@ impl UnixClient {
             .get(format!("http://incus{path}"))
             .timeout(self.timeout)
             .send()
-            .await
-            .map_err(transport)?;
+            .await;
+        self.count(&Method::GET, path, resp.as_ref().ok().map(|r| r.status()));
+        let resp = resp.map_err(transport)?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(transport)?;
         if status.is_success() {

@@ -98,10 +98,21 @@ async fn the_status_board_and_metrics_follow_the_group() {
         "incus_hpa_actions_total{group=\"web\",project=\"default\",kind=\"create\",outcome=\"ok\"} 3",
         "incus_hpa_paused{group=\"web\",project=\"default\"} 0",
         "incus_hpa_build_info{version=\"",
+        "incus_hpa_action_duration_seconds_count{kind=\"create\"} 3",
+        "incus_hpa_reconcile_duration_seconds_bucket{le=",
+        "incus_hpa_event_stream_reconnects_total 0",
         "# EOF",
     ] {
         assert!(text.contains(line), "{line} not in\n{text}");
     }
+    // The event stream drops and comes back: counted.
+    h.fake.drop_followers();
+    eventually("a reconnection counted", MINUTE, || {
+        h.telemetry
+            .metrics()
+            .contains("incus_hpa_event_stream_reconnects_total 1")
+    })
+    .await;
     // Paused by an edit: the board and the gauge say so.
     h.reload(&paused(&web(1, 3)));
     eventually("paused on the board", MINUTE, || {

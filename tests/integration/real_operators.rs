@@ -51,6 +51,8 @@ fn real_pause_holds_a_group_and_protection_keeps_instances() {
     let current =
         format!("incus_hpa_instances{{group=\"{g}\",project=\"default\",state=\"current\"}} 2");
     assert!(metrics.contains(&current), "{metrics}");
+    let creates = "incus_hpa_incus_requests_total{method=\"POST\",endpoint=\"/1.0/instances\",status=\"2xx\"}";
+    assert!(metrics.contains(creates), "{metrics}");
     let second = managed(&g)
         .into_iter()
         .find(|(n, _)| *n != first)

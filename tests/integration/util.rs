@@ -61,6 +61,7 @@ impl Harness {
             fake.clone(),
             store.clone(),
             tx.clone(),
+            telemetry.reconnects.clone(),
         ));
         let path = file.clone();
         let task = tokio::spawn(run_loop(
