@@ -375,9 +375,18 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
             "another incus-hpa answers on it",
         ));
     }
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
+    // Only a socket is replaced: a file by that name that is anything else is not ours.
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "something that is not a socket is there",
+            ))
+        }
+        Err(_) => {}
     }
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;

@@ -155,8 +155,12 @@ async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o660);
-    // A second daemon does not take a socket that answers.
+    // A second daemon does not take a socket that answers, nor a path that is not a socket.
     assert!(control::bind(&path).is_err());
+    let file = dir.path().join("desired-state.toml");
+    std::fs::write(&file, "keep").unwrap();
+    assert!(control::bind(&file).is_err());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
     let client = reqwest::Client::builder()
         .unix_socket(path.as_path())
         .build()
