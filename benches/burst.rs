@@ -64,10 +64,6 @@ impl Drop for Daemon {
     }
 }
 
-fn stop(child: Daemon) {
-    drop(child);
-}
-
 /// Waits until the daemon's log has `n` lines with every part, then checks on one listing
 /// that `group` has at least `n` running instances. The wait reads the log, not Incus: on
 /// Incus 6.0 rendering an instance while it starts (any list or `/state` of it) can stall its
@@ -226,7 +222,7 @@ async fn main() {
                 status_kib(child.0.id(), "VmHWM:"),
             ));
         }
-        stop(child);
+        drop(child);
         empty(incus.as_ref(), GROUP).await;
     }
     if let Some((now, peak)) = rss {
@@ -309,7 +305,7 @@ async fn main() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             };
             took.push(running.duration_since(decided).unwrap_or_default());
-            stop(child);
+            drop(child);
             empty(incus.as_ref(), LATENCY).await;
         }
         println!(

@@ -94,7 +94,7 @@ async fn run(incus: &dyn Incus, store: &Store, spec: &GroupSpec, action: &Action
     store.begin(&spec.project, &instance);
     let t0 = tokio::time::Instant::now();
     let result = match action {
-        Action::Create { .. } => create(incus, store, spec, &instance).await,
+        Action::Create { .. } => create_as(incus, store, spec, &instance, false).await,
         Action::CreateWarm => create_as(incus, store, spec, &instance, true).await,
         Action::Start { .. } => start(incus, store, spec, &instance).await,
         Action::Promote { .. } => promote(incus, store, spec, &instance).await,
@@ -176,15 +176,6 @@ pub fn create_request(spec: &GroupSpec, name: &str, uuid: &str, warm: bool) -> C
         profiles: spec.profiles.clone(),
         start: !warm,
     }
-}
-
-async fn create(
-    incus: &dyn Incus,
-    store: &Store,
-    spec: &GroupSpec,
-    name: &str,
-) -> Result<(), IncusError> {
-    create_as(incus, store, spec, name, false).await
 }
 
 /// Takes `name` out of the warm pool (its key set to `false`, so that it is an ordinary

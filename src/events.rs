@@ -160,19 +160,12 @@ pub async fn follow(
     let mut ever = false;
     loop {
         let mut connected = false;
-        let mut on_connect = || {
+        let result = stream(source.as_ref(), &incus, &store, &events, &mut || {
+            connected = true;
             if std::mem::replace(&mut ever, true) {
                 reconnects.inc();
             }
-        };
-        let result = stream(
-            source.as_ref(),
-            &incus,
-            &store,
-            &events,
-            &mut connected,
-            &mut on_connect,
-        )
+        })
         .await;
         if events.is_closed() {
             return;
@@ -197,11 +190,9 @@ async fn stream(
     incus: &Arc<dyn Incus>,
     store: &Arc<Store>,
     events: &UnboundedSender<Event>,
-    connected: &mut bool,
     on_connect: &mut (dyn FnMut() + Send),
 ) -> Result<(), String> {
     let mut stream = source.connect().await?;
-    *connected = true;
     on_connect();
     // Events may have been missed while not following: list everything again.
     store.invalidate_all();

@@ -70,7 +70,6 @@ pub struct Store {
     /// was not read meanwhile (0: none).
     busy: Mutex<HashMap<(String, String), u64>>,
     tickets: AtomicU64,
-    requests: AtomicU64,
 }
 
 impl Store {
@@ -178,11 +177,6 @@ impl Store {
         })
     }
 
-    /// How many requests the store has made Incus answer (lists and reads).
-    pub fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
-    }
-
     /// The project's instances carrying a group key: from the cache when fresh, else listed
     /// (one request) and cached.
     pub async fn list(
@@ -196,7 +190,6 @@ impl Store {
             return Ok(cached);
         }
         let ticket = self.ticket();
-        self.requests.fetch_add(1, Ordering::Relaxed);
         // The server-side filter is a pattern: `.+` is "has the key".
         let listed = incus.list_by_config(project, GROUP_KEY, ".+").await?;
         self.listed(project, ticket, listed.clone(), now);
@@ -211,7 +204,6 @@ impl Store {
             return;
         }
         let ticket = self.ticket();
-        self.requests.fetch_add(1, Ordering::Relaxed);
         match incus.get(project, name).await {
             Ok(found) => self.put(project, name, ticket, found),
             // Not known: list the project again before trusting it.

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+mod incusd;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,19 +32,7 @@ pub fn incusd_cpu() -> Duration {
 
 /// incusd itself, not one of its `incusd fork…` helpers.
 pub fn incusd_pid() -> String {
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .find(|pid| {
-            let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let mut argv = cmd.split('\0');
-            argv.next()
-                .is_some_and(|a| a.ends_with("/incusd") || a == "incusd")
-                && !argv
-                    .next()
-                    .is_some_and(|a| a.starts_with("fork") || a == "callhook")
-        })
-        .expect("no incusd process found: run scripts/setup-incus.sh")
+    incusd::incusd_pid().expect("no incusd process found: run scripts/setup-incus.sh")
 }
 
 /// This process's CPU time, to the nanosecond.

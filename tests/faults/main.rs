@@ -4,6 +4,8 @@
 //! ([`scenarios`], ignored unless asked for: `scripts/test.sh` runs them one at a time and
 //! prints the table they fill).
 
+#[path = "../../benches/support/incusd.rs"]
+mod incusd;
 #[path = "../integration/lab.rs"]
 #[allow(dead_code)]
 mod lab;

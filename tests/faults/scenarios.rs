@@ -236,20 +236,7 @@ struct Incusd {
 impl Incusd {
     fn stop() -> Self {
         // The daemon itself, not one of its `incusd fork…` helpers.
-        let pid = std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .find(|pid| {
-                let cmd =
-                    std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let mut argv = cmd.split('\0');
-                argv.next()
-                    .is_some_and(|a| a.ends_with("/incusd") || a == "incusd")
-                    && !argv
-                        .next()
-                        .is_some_and(|a| a.starts_with("fork") || a == "callhook")
-            })
-            .expect("incusd runs");
+        let pid = crate::incusd::incusd_pid().expect("incusd runs");
         let cmdline: Vec<String> = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
             .unwrap()
             .split('\0')

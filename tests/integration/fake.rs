@@ -48,9 +48,9 @@ struct State {
     creating: usize,
     overlaps: u64,
     /// Drain commands run, by instance; their exit status; how long they take.
-    pub drains: Vec<(String, Vec<String>)>,
-    pub drain_exit: i64,
-    pub drain_time: Option<std::time::Duration>,
+    drains: Vec<(String, Vec<String>)>,
+    drain_exit: i64,
+    drain_time: Option<std::time::Duration>,
     /// Followers of the lifecycle events.
     followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
 }
