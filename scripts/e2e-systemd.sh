@@ -49,10 +49,11 @@ cleanup() {
 # KEEP=1 leaves the container for a look after a failure.
 trap '[ -n "${KEEP:-}" ] || cleanup' EXIT
 
-desired() { # min
+desired() { # min [a line for the [daemon] table]
     in_ct sh -c "cat > $conf" <<TOML
 [daemon]
 interval = "2s"
+${2:-}
 
 [groups.$group]
 min = $1
@@ -77,7 +78,7 @@ incus launch incus-hpa-bookworm "$ct" >/dev/null
 until_ok "systemd up in the container" 120 in_ct test -S /run/systemd/private
 in_ct systemctl is-system-running --wait >/dev/null 2>&1 || true
 
-incus file push "$deb" "$ct/tmp/incus-hpa.deb"
+incus file push -q "$deb" "$ct/tmp/incus-hpa.deb"
 in_ct env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/incus-hpa.deb >/dev/null 2>&1 ||
     in_ct dpkg -i /tmp/incus-hpa.deb
 [ "$(in_ct stat -c %U:%G:%a $conf)" = "root:incus-hpa:640" ] || fail "config file ownership"
@@ -90,6 +91,9 @@ in_ct mkdir -p /var/lib/incus
 incus config device add "$ct" incus-socket proxy \
     listen=unix:/var/lib/incus/unix.socket connect=unix:/var/lib/incus/unix.socket \
     bind=instance uid=0 gid="$gid" mode=0660 >/dev/null
+
+# Journal queries by field; `grep -c` reads to the end (grep -q would SIGPIPE journalctl).
+journal() { in_ct journalctl -u incus-hpa --no-pager "$@"; }
 
 log "enable --now with min = 2"
 desired 2
@@ -116,11 +120,27 @@ in_ct useradd -M hpa-outsider
 if out=$(in_ct runuser -u hpa-outsider -- incus-hpa status 2>&1); then fail "an outsider read the status"; fi
 grep -q "permission denied" <<<"$out" || fail "the outsider's message is unclear: $out"
 
+log "metrics on TCP: refused by the unit's sandbox, served with the packaged drop-in"
+desired 3 'metrics_address = "127.0.0.1:9750"'
+in_ct systemctl restart incus-hpa
+refused() { [ "$(journal -o cat | grep -c 'cannot serve /metrics on 127.0.0.1:9750')" -gt 0 ]; }
+until_ok "the daemon says why it cannot serve /metrics on TCP" 30 refused
+dropin=/etc/systemd/system/incus-hpa.service.d
+in_ct mkdir -p $dropin
+in_ct cp /usr/share/doc/incus-hpa/examples/metrics-tcp.conf $dropin/
+in_ct systemctl daemon-reload
+in_ct systemctl restart incus-hpa
+# bash's /dev/tcp: the container's own loopback, no curl needed.
+scrape='exec 3<>/dev/tcp/127.0.0.1/9750 && printf "GET /metrics HTTP/1.0\r\n\r\n" >&3 && cat <&3'
+until_ok "/metrics on 127.0.0.1:9750 in the container" 30 sh -c \
+    "incus exec $ct -- bash -c '$scrape' | grep -q 'incus_hpa_instances{group=\"$group\",project=\"default\",state=\"current\"} 3'"
+in_ct rm $dropin/metrics-tcp.conf
+in_ct systemctl daemon-reload
+desired 3
+
 log "a broken edit"
 in_ct sh -c "printf '[groups.$group]\nmax = 0\n' > $conf"
 in_ct systemctl reload incus-hpa
-# Journal queries by field; `grep -c` reads to the end (grep -q would SIGPIPE journalctl).
-journal() { in_ct journalctl -u incus-hpa --no-pager "$@"; }
 has_error() { [ "$(journal -o json KEY="groups.$group.max" PRIORITY=3 | grep -c MESSAGE)" -gt 0 ]; }
 until_ok "the error in the journal" 30 has_error
 until_ok "STATUS says the config is invalid" 30 sh -c \

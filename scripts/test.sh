@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (root on Debian 12 or 13): sets Incus up when it is
 # missing, then formatting, lints, unit and integration tests, the real-Incus tests (which fail,
-# never skip, when Incus cannot be used), the fault suite, the unit's hardening score, the
-# end-to-end test of the .deb under a real systemd, the demo and a benchmark smoke run.
+# never skip, when Incus cannot be used), the fault suite, the unit's hardening score, lintian
+# on the .deb, the end-to-end test of the .deb under a real systemd, the demo and a benchmark
+# smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,8 @@ command -v cargo >/dev/null || {
 }
 
 bash scripts/setup-incus.sh
+# promtool (checks /metrics), lintian and cargo-deb (the .deb).
+bash scripts/install-test-tools.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -43,6 +46,10 @@ awk -v e="$exposure" 'BEGIN { exit !(e != "" && e <= 2.0) }' || {
     echo "test.sh: the unit's exposure ${exposure:-unknown} is above 2.0" >&2
     exit 1
 }
+
+echo "== the .deb (cargo-deb), checked by lintian: no error, no warning"
+deb=$(bash packaging/build-deb.sh)
+lintian --fail-on error,warning "$deb"
 
 echo "== end-to-end under systemd (package, enable, reload, journal, watchdog, stop)"
 bash scripts/e2e-systemd.sh

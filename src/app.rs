@@ -171,6 +171,9 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
         loaded.state.daemon.control_socket.clone(),
         ctx.telemetry.clone(),
     );
+    if let Some(addr) = loaded.state.daemon.metrics_address {
+        crate::control::start_metrics(addr, ctx.telemetry.clone()).await;
+    }
     // Lifecycle events keep the cache of instances up to date, and wake the groups an instance
     // that stops or vanishes belongs to before their next interval.
     tokio::spawn(crate::events::follow(

@@ -2,12 +2,17 @@
 //! Prometheus (`GET /metrics`). HTTP/1 over a unix socket (hyper), read-only.
 //!
 //! - `GET /status`: `{"groups": [GroupStatus…]}`, the board the loop writes after each pass;
-//! - `GET /metrics`: the Prometheus text exposition (prometheus-client) of [`Telemetry`].
+//! - `GET /metrics`: the Prometheus exposition (prometheus-client) of [`Telemetry`], in
+//!   OpenMetrics or the classic text format as the client asks ([`crate::exposition`]).
 //!
 //! The socket is created mode 0660 (root and the members of the socket's group may read it);
 //! a socket that cannot be created is logged and the daemon goes on without it.
+//!
+//! With `[daemon] metrics_address`, `GET /metrics` (and nothing else) is also served on TCP,
+//! for a Prometheus that cannot reach the unix socket.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -24,7 +29,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
-use tokio::net::UnixListener;
+use tokio::net::{TcpListener, UnixListener};
 
 /// Where the daemon listens unless `[daemon] control_socket` says otherwise (the unit's
 /// `RuntimeDirectory=`).
@@ -159,6 +164,7 @@ pub struct Telemetry {
     registry: Registry,
     instances: Family<InstanceLabels, Gauge>,
     utilization: Family<GroupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    threshold: Family<GroupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     paused: Family<GroupLabels, Gauge>,
     actions: Family<ActionLabels, Counter>,
     errors: Family<GroupLabels, Counter>,
@@ -185,6 +191,12 @@ impl Default for Telemetry {
             "utilization_percent",
             "Mean memory use of the measured instances, percent of their limits (NaN: unknown)",
             utilization.clone(),
+        );
+        let threshold = Family::default();
+        registry.register(
+            "memory_threshold_percent",
+            "The group's memory_threshold: the utilization it scales toward",
+            threshold.clone(),
         );
         let paused = Family::default();
         registry.register("paused", "1 when the group is paused", paused.clone());
@@ -233,6 +245,7 @@ impl Default for Telemetry {
             registry,
             instances,
             utilization,
+            threshold,
             paused,
             actions,
             errors,
@@ -292,6 +305,7 @@ impl Telemetry {
     pub fn publish(&self, status: Status) {
         self.instances.clear();
         self.utilization.clear();
+        self.threshold.clear();
         self.paused.clear();
         for g in &status.groups {
             let labels = GroupLabels {
@@ -317,6 +331,7 @@ impl Telemetry {
             self.utilization
                 .get_or_create(&labels)
                 .set(g.utilization.unwrap_or(f64::NAN));
+            self.threshold.get_or_create(&labels).set(g.threshold);
             self.paused.get_or_create(&labels).set(i64::from(g.paused));
         }
         *self.board.lock().unwrap_or_else(|e| e.into_inner()) = status;
@@ -336,19 +351,36 @@ impl Telemetry {
     }
 }
 
-fn respond(t: &Telemetry, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+/// What a listener answers: the control socket everything, TCP only the metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Scope {
+    Control,
+    MetricsOnly,
+}
+
+fn respond(
+    t: &Telemetry,
+    req: &Request<hyper::body::Incoming>,
+    scope: Scope,
+) -> Response<Full<Bytes>> {
     let (status, kind, body) = match (req.method(), req.uri().path()) {
-        (&Method::GET, "/status") => (
+        (&Method::GET, "/status") if scope == Scope::Control => (
             StatusCode::OK,
             "application/json",
             serde_json::to_string(&t.status()).unwrap_or_default(),
         ),
-        (&Method::GET, "/metrics") => (
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            t.metrics(),
-        ),
+        (&Method::GET, "/metrics") => {
+            let accept = req.headers().get(hyper::header::ACCEPT);
+            let (body, kind) =
+                crate::exposition::negotiate(t.metrics(), accept.and_then(|a| a.to_str().ok()));
+            (StatusCode::OK, kind, body)
+        }
         (&Method::GET, _) => (StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        _ if scope == Scope::MetricsOnly => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "read-only: GET /metrics\n".into(),
+        ),
         _ => (
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
@@ -396,26 +428,43 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 /// Serves the control socket until the process ends.
 pub async fn serve(listener: UnixListener, telemetry: Arc<Telemetry>) {
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of descriptors, say: let the connections in flight end first.
-                tracing::debug!(error = %e, "control socket: accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let t = telemetry.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let r = respond(&t, &req);
-                async move { Ok::<_, Infallible>(r) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+        match listener.accept().await {
+            Ok((stream, _)) => connection(stream, telemetry.clone(), Scope::Control),
+            Err(e) => accept_failed(e).await,
+        }
     }
+}
+
+/// Serves `GET /metrics` on TCP until the process ends.
+pub async fn serve_metrics(listener: TcpListener, telemetry: Arc<Telemetry>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => connection(stream, telemetry.clone(), Scope::MetricsOnly),
+            Err(e) => accept_failed(e).await,
+        }
+    }
+}
+
+/// Out of descriptors, say: lets the connections in flight end first.
+async fn accept_failed(e: std::io::Error) {
+    tracing::debug!(error = %e, "control socket: accept failed");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+}
+
+/// Answers one connection in its own task.
+fn connection<S>(stream: S, t: Arc<Telemetry>, scope: Scope)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let service = service_fn(move |req| {
+            let r = respond(&t, &req, scope);
+            async move { Ok::<_, Infallible>(r) }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+    });
 }
 
 /// Binds and serves `path` in the background; logs (and carries on) when it cannot.
@@ -428,6 +477,22 @@ pub fn start(path: PathBuf, telemetry: Arc<Telemetry>) {
         Err(e) => tracing::warn!(socket = %path.display(), error = %e,
             "no control socket at {} ({e}): `incus-hpa status` and /metrics are unavailable",
             path.display()),
+    }
+}
+
+/// Binds `addr` and serves `/metrics` on it in the background; logs (and carries on) when it
+/// cannot. The packaged unit allows no network: the hint names the drop-in that does.
+pub async fn start_metrics(addr: SocketAddr, telemetry: Arc<Telemetry>) {
+    match TcpListener::bind(addr).await {
+        Ok(listener) => {
+            // The address bound: port 0 in the file asks for any free port.
+            let addr = listener.local_addr().unwrap_or(addr);
+            tracing::info!(address = %addr, "serving /metrics on http://{addr}/metrics");
+            tokio::spawn(serve_metrics(listener, telemetry));
+        }
+        Err(e) => tracing::warn!(address = %addr, error = %e,
+            "cannot serve /metrics on {addr} ({e}); under systemd the unit allows no network \
+             unless a drop-in does (see /usr/share/doc/incus-hpa/examples/metrics-tcp.conf)"),
     }
 }
 

@@ -182,6 +182,15 @@ pub async fn run_loop(
             match load() {
                 Ok(loaded) => {
                     log_diagnostics(&loaded.warnings);
+                    let (was, now) = (&state.daemon, &loaded.state.daemon);
+                    if (&was.control_socket, was.metrics_address)
+                        != (&now.control_socket, now.metrics_address)
+                    {
+                        tracing::warn!(
+                            "[daemon] control_socket and metrics_address are read at start: \
+                             the change takes effect at the next restart"
+                        );
+                    }
                     if loaded.state != state {
                         tracing::info!(
                             groups = loaded.state.groups.len(),

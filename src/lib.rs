@@ -13,6 +13,7 @@ pub mod control;
 pub mod daemon;
 pub mod decide;
 pub mod events;
+pub mod exposition;
 pub mod incus;
 pub mod informer;
 pub mod logging;

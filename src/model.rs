@@ -106,6 +106,8 @@ pub struct DaemonSpec {
     pub max_parallel_actions: usize,
     /// Where `incus-hpa status` and `/metrics` are served (read at start).
     pub control_socket: std::path::PathBuf,
+    /// Where `/metrics` is also served over TCP, if anywhere (read at start).
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 impl Default for DaemonSpec {
@@ -116,6 +118,7 @@ impl Default for DaemonSpec {
             resync: Duration::from_secs(300),
             max_parallel_actions: 4,
             control_socket: crate::control::DEFAULT_SOCKET.into(),
+            metrics_address: None,
         }
     }
 }

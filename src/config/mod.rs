@@ -83,6 +83,7 @@ const DAEMON_KEYS: &[&str] = &[
     "resync",
     "max_parallel_actions",
     "control_socket",
+    "metrics_address",
 ];
 
 /// The longest `drain_timeout` accepted.
@@ -212,6 +213,18 @@ fn daemon(c: &mut Collector, mut t: Fields) -> DaemonSpec {
                 &t.key("control_socket"),
                 format!("{p:?} is not an absolute path"),
             );
+        }
+    }
+    if let Some((a, span)) = t.string(c, "metrics_address") {
+        match a.parse() {
+            Ok(addr) => d.metrics_address = Some(addr),
+            Err(_) => c.error(
+                Some(span),
+                &t.key("metrics_address"),
+                format!(
+                    "{a:?} is not an IP address and port: write it like \"127.0.0.1:9750\" or \"[::1]:9750\""
+                ),
+            ),
         }
     }
     if let Some((n, span)) = t.count(c, "max_parallel_actions") {

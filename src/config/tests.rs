@@ -284,3 +284,24 @@ fn absurd_durations_are_rejected_with_their_range() {
         assert!(errs.iter().any(|e| e.contains(msg)), "{extra}: {errs:#?}");
     }
 }
+
+#[test]
+fn metrics_address_is_an_ip_and_port_and_off_unless_set() {
+    let base = "[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\n";
+    assert_eq!(ok(base).state.daemon.metrics_address, None);
+    for addr in ["127.0.0.1:9750", "[::1]:9750"] {
+        let d = ok(&format!("[daemon]\nmetrics_address = \"{addr}\"\n{base}"))
+            .state
+            .daemon;
+        assert_eq!(d.metrics_address, Some(addr.parse().unwrap()));
+    }
+    for bad in ["localhost:9750", "127.0.0.1", "9750"] {
+        assert_eq!(
+            errors(&format!("[daemon]\nmetrics_address = \"{bad}\"\n{base}")),
+            [format!(
+                "2:19 daemon.metrics_address: \"{bad}\" is not an IP address and port: \
+                 write it like \"127.0.0.1:9750\" or \"[::1]:9750\""
+            )]
+        );
+    }
+}

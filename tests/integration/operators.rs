@@ -128,29 +128,11 @@ async fn the_status_board_and_metrics_follow_the_group() {
 
 #[tokio::test]
 async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
-    use incus_hpa::control::{self, GroupStatus, Status, Telemetry};
+    use incus_hpa::control::{self, Status, Telemetry};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("control.sock");
     let t = Arc::new(Telemetry::default());
-    t.publish(Status {
-        groups: vec![GroupStatus {
-            name: "web".into(),
-            project: "default".into(),
-            current: 2,
-            desired: 3,
-            min: 1,
-            max: 5,
-            unhealthy: 0,
-            warm: 0,
-            utilization: Some(71.5),
-            threshold: 60.0,
-            reason: "above-threshold".into(),
-            paused: false,
-            last_action: None,
-            next_pass: None,
-            last_error: None,
-        }],
-    });
+    t.publish(crate::util::web_status());
     tokio::spawn(control::serve(control::bind(&path).unwrap(), t));
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
@@ -238,4 +220,27 @@ async fn a_drain_runs_before_each_removal_and_a_failed_or_slow_one_still_removes
         assert_eq!(command, &["/bin/sh", "-c", "drain"]);
     }
     h.shutdown().await;
+}
+
+#[tokio::test]
+async fn metrics_address_serves_the_metrics_and_not_the_status() {
+    use incus_hpa::control::{self, Telemetry};
+    let t = Arc::new(Telemetry::default());
+    t.error("web", "default");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(control::serve_metrics(listener, t));
+    let client = reqwest::Client::new();
+    let get = |p: &str| client.get(format!("http://{addr}{p}")).send();
+    let metrics = get("/metrics").await.unwrap();
+    assert_eq!(metrics.status(), 200);
+    let text = metrics.text().await.unwrap();
+    assert!(
+        text.contains("incus_hpa_reconcile_errors_total{group=\"web\",project=\"default\"} 1"),
+        "{text}"
+    );
+    // What the daemon thinks of each group stays on the unix socket, for its group's members.
+    assert_eq!(get("/status").await.unwrap().status(), 404);
+    let post = client.post(format!("http://{addr}/metrics")).send();
+    assert_eq!(post.await.unwrap().status(), 405);
 }

@@ -152,3 +152,26 @@ pub async fn within<T>(d: Duration, f: impl Future<Output = T>) -> T {
         .await
         .expect("did not finish in time")
 }
+
+/// A status board with one group, `web`, scaling up: 2 of 3 at 71.5 % for a 60 % target.
+pub fn web_status() -> incus_hpa::control::Status {
+    incus_hpa::control::Status {
+        groups: vec![incus_hpa::control::GroupStatus {
+            name: "web".into(),
+            project: "default".into(),
+            current: 2,
+            desired: 3,
+            min: 1,
+            max: 5,
+            unhealthy: 0,
+            warm: 1,
+            utilization: Some(71.5),
+            threshold: 60.0,
+            reason: "above-threshold".into(),
+            paused: false,
+            last_action: None,
+            next_pass: None,
+            last_error: None,
+        }],
+    }
+}
