@@ -536,36 +536,7 @@ pub fn table(status: &Status) -> String {
             ]
         })
         .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<String>| -> String {
-        let inner: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!(" {c:<w$} "))
-            .collect();
-        format!("|{}|\n", inner.join("|"))
-    };
-    let sep = format!(
-        "+{}+\n",
-        widths
-            .iter()
-            .map(|w| "-".repeat(w + 2))
-            .collect::<Vec<_>>()
-            .join("+")
-    );
-    let mut out = sep.clone();
-    out.push_str(&line(header.iter().map(|h| h.to_string()).collect()));
-    out.push_str(&sep);
-    for r in rows {
-        out.push_str(&line(r));
-    }
-    out.push_str(&sep);
-    out
+    crate::table::render(&header, &rows)
 }
 
 #[cfg(test)]

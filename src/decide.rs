@@ -6,15 +6,20 @@
 //!   in place (with a backoff when they crash-loop or fail to start); unhealthy ones (in error, or
 //!   frozen or in a transition for more than a moment) are replaced and removed after a grace
 //!   period.
-//! - **The desired count** follows the Kubernetes HPA rule: `ceil(Σ usage% / threshold)` over
-//!   the measured healthy instances, no change while `|utilization / threshold − 1| ≤
-//!   tolerance`, clamped to `[min, max]`; scale-down goes only as low as the highest
+//! - **The desired count**, with `policy = "kubernetes"`, follows the Kubernetes HPA rule:
+//!   `ceil(n × utilization / threshold)` over the n measured healthy instances, where
+//!   utilization is their total usage over their total limits; no change while `1 − tolerance ≤ utilization / threshold ≤ 1 +
+//!   tolerance`; clamped to `[min, max]`; scale-down goes only as low as the highest
 //!   recommendation of its stabilization window, scale-up only as high as the lowest of its own.
 //!   Missing metrics never lead to a scale-down: on the way up they count as 0 %, and if that
 //!   lands within tolerance, the count is kept. Optional step limits cap how much the desired
-//!   count may move per `interval`, however many passes run (never when restoring min or max).
+//!   count may move per `interval`, however many passes run (never when restoring min or max);
+//!   without them, scale-up is capped as Kubernetes caps it by default. With `policy =
+//!   "adaptive"` (the default) the recommendation comes from [`adaptive`] instead, inside the
+//!   same bounds, missing-metric guard and windows.
 //! - **Actions** bring the capacity (healthy and restarting instances) to the desired count.
 
+pub mod adaptive;
 mod health;
 mod history;
 mod ownership;
@@ -24,7 +29,8 @@ use std::cmp::Ordering;
 use tokio::time::Instant;
 
 use crate::model::{
-    Action, Cause, GroupSpec, Observation, ObservedInstance, Plan, Reason, ScaleDownOrder,
+    Action, Cause, GroupSpec, Memory, Observation, ObservedInstance, Plan, Policy, Reason,
+    ScaleDownOrder,
 };
 use health::Class;
 pub use health::{CRASH_LIMIT, CRASH_RESET, CRASH_WINDOW, UNHEALTHY_CONFIRM};
@@ -42,17 +48,24 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     let capacity = count(&classes, |c| c.is_capacity());
     let healthy = count(&classes, |c| c == Class::Healthy);
 
-    let measured: Vec<f64> = classes
+    let measured: Vec<Memory> = classes
         .iter()
         .filter(|(_, c)| *c == Class::Healthy)
-        .filter_map(|(i, _)| i.memory.and_then(|m| m.percent()))
+        .filter_map(|(i, _)| i.memory.filter(|m| m.limit > 0))
         .collect();
     let missing = capacity as usize - measured.len();
-    let sum: f64 = measured.iter().sum();
-    let utilization = (!measured.is_empty()).then(|| sum / measured.len() as f64);
+    let utilization = utilization(&measured);
+    // Σ of per-instance percentages at that utilization: n × U.
+    let sum = utilization.map_or(0.0, |u| u * measured.len() as f64);
 
     let base = history.desired().unwrap_or(capacity);
-    let (recommendation, reason) = recommend(spec, base, utilization, sum, measured.len(), missing);
+    let (recommendation, reason) = match spec.policy {
+        Policy::Kubernetes => recommend(spec, base, utilization, sum, measured.len(), missing),
+        Policy::Adaptive => {
+            let k8s = recommend(spec, base, utilization, sum, measured.len(), missing);
+            recommend_adaptive(spec, obs, &classes, base, k8s, missing, history, now)
+        }
+    };
     let (desired, reason, step_limited) = match reason {
         // Bounds are restored at once; only metric-driven changes are stabilized and stepped.
         Reason::BelowMin | Reason::AboveMax => (recommendation, reason, false),
@@ -63,6 +76,7 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         }
     };
     history.record(spec, now, base, recommendation, desired);
+    history.estimates.scaled(spec, now, base, desired);
     let (actions, protected) = actions(spec, &classes, base, capacity, desired, reason);
     // A scale-down that protected instances cut short says so.
     let reason = if protected > 0 {
@@ -102,13 +116,75 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     }
 }
 
+/// The `adaptive` recommendation. Bounds, no metrics and a missing metric on the way down
+/// (`k8s`, the Kubernetes rule's verdict) decide as they always do, and a missing metric never
+/// lets it scale down either.
+#[allow(clippy::too_many_arguments)]
+fn recommend_adaptive(
+    spec: &GroupSpec,
+    obs: &Observation,
+    classes: &[(&ObservedInstance, Class)],
+    base: u32,
+    k8s: (u32, Reason),
+    missing: usize,
+    history: &mut History,
+    now: Instant,
+) -> (u32, Reason) {
+    let killed = history.estimates.oom_killed(
+        obs.instances
+            .iter()
+            .map(|i| (i.name.as_str(), i.memory.and_then(|m| m.oom_kills))),
+    );
+    if let (_, Reason::BelowMin | Reason::AboveMax | Reason::NoMetrics | Reason::MetricsMissing) =
+        k8s
+    {
+        return k8s;
+    }
+    let readings: Vec<adaptive::Reading> = classes
+        .iter()
+        .filter(|(_, c)| *c == Class::Healthy)
+        .filter_map(|(i, _)| {
+            i.memory
+                .filter(|m| m.limit > 0)
+                .map(|memory| adaptive::Reading {
+                    memory,
+                    since_start: i.since_start,
+                    oom_killed: killed.contains(&i.name.as_str()),
+                })
+        })
+        .collect();
+    let (r, why) = adaptive::recommend(spec, base, &readings, &mut history.estimates, now);
+    if missing > 0 && r < base {
+        (base, Reason::MetricsMissing)
+    } else {
+        (r, why)
+    }
+}
+
+/// Total usage over total limits, percent, as Kubernetes computes utilization: instances with
+/// bigger limits weigh more (the mean of per-instance percentages would not, and the two differ
+/// as soon as limits differ). A reading above its limit counts at the limit.
+fn utilization(measured: &[Memory]) -> Option<f64> {
+    let used: u128 = measured
+        .iter()
+        .map(|m| u128::from(m.usage.min(m.limit)))
+        .sum();
+    let limits: u128 = measured.iter().map(|m| u128::from(m.limit)).sum();
+    (limits > 0).then(|| used as f64 * 100.0 / limits as f64)
+}
+
 fn count(classes: &[(&ObservedInstance, Class)], f: impl Fn(Class) -> bool) -> u32 {
     classes.iter().filter(|(_, c)| f(*c)).count() as u32
 }
 
+/// The period of Kubernetes' default scale-up rate.
+pub const K8S_RATE_PERIOD: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Caps a change of the desired count to the group's step limits, counting what the desired
 /// count already moved during the last `interval` (so extra passes do not add up); says whether
-/// it did.
+/// it did. Without a `max_scale_up_step`, the `kubernetes` policy caps scale-up as Kubernetes
+/// does by default: within 15 s, to the larger of +4 and +100 % of the count at the period's
+/// start.
 fn limit_step(
     spec: &GroupSpec,
     base: u32,
@@ -119,9 +195,15 @@ fn limit_step(
     let (added, removed) = history.changed_within(now, spec.interval);
     let (base_i, desired_i) = (i64::from(base), i64::from(desired));
     let limited = if desired > base {
-        spec.max_scale_up_step.map_or(desired_i, |s| {
-            desired_i.min((base_i - added + i64::from(s)).max(base_i))
-        })
+        match (spec.max_scale_up_step, spec.policy) {
+            (Some(s), _) => desired_i.min((base_i - added + i64::from(s)).max(base_i)),
+            (None, Policy::Kubernetes) => {
+                let (added, _) = history.changed_within(now, K8S_RATE_PERIOD);
+                let start = (base_i - added).max(0);
+                desired_i.min((start + 4).max(2 * start).max(base_i))
+            }
+            (None, Policy::Adaptive) => desired_i,
+        }
     } else {
         spec.max_scale_down_step.map_or(desired_i, |s| {
             desired_i.max((base_i + removed - i64::from(s)).min(base_i))
@@ -150,7 +232,9 @@ fn recommend(
         return (base, Reason::NoMetrics);
     };
     let ratio = utilization / spec.memory_threshold;
-    if (ratio - 1.0).abs() <= spec.tolerance {
+    // The band as Kubernetes tests it: `|ratio − 1| <= tolerance` would be false at exactly
+    // +10 % through rounding (55/50 − 1 is 0.10000000000000009).
+    if 1.0 - spec.tolerance <= ratio && ratio <= 1.0 + spec.tolerance {
         return (base, Reason::WithinTolerance);
     }
     if missing > 0 {
@@ -190,7 +274,10 @@ fn stabilize(
 ) -> (u32, Reason) {
     // A fresh history counts the desired count found at start as a recommendation (see
     // `History`): it holds back scale-down only, and only when there is a window.
-    let window = spec.scale_down_stabilization;
+    let window = match spec.policy {
+        Policy::Kubernetes => spec.scale_down_stabilization,
+        Policy::Adaptive => history.estimates.window(spec, now),
+    };
     let seed = (history.is_fresh() && !window.is_zero()).then_some(base);
     let up = history
         .within(now, spec.scale_up_stabilization)
@@ -341,6 +428,10 @@ fn removal_order(spec: &GroupSpec, a: &ObservedInstance, b: &ObservedInstance) -
 }
 
 #[cfg(test)]
+mod adaptive_tests;
+#[cfg(test)]
+mod conformance;
+#[cfg(test)]
 mod health_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -3,7 +3,8 @@
 //! The desired state ([`config`]) is compared with what Incus reports ([`observe`]) by a pure
 //! decision core ([`decide`]); the resulting plan is carried out by [`act`]. The
 //! [`reconciler`] runs that per group, level-triggered, with backoff; [`daemon`] is the loop
-//! around it (reloads, shutdown, systemd notifications).
+//! around it (reloads, shutdown, systemd notifications). [`simulate`] replays demand traces
+//! through the same decision core on a simulated clock.
 
 pub mod act;
 pub mod app;
@@ -22,5 +23,7 @@ pub mod model;
 pub mod observe;
 pub mod reconciler;
 pub mod report;
+pub mod simulate;
 pub mod systemd;
+pub mod table;
 pub mod watch;

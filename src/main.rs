@@ -18,6 +18,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run { config } => block_on(app::run(&cli.incus_socket, config)),
+        Command::Simulate(args) => incus_hpa::simulate::command::run(args),
         Command::Plan { config } => block_on(app::plan(&cli.incus_socket, config)),
         Command::Status {
             json,

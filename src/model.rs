@@ -160,10 +160,35 @@ pub struct GroupSpec {
     pub paused: bool,
     /// Which instances a scale-down removes first.
     pub scale_down_order: ScaleDownOrder,
+    /// How the desired count follows memory.
+    pub policy: Policy,
     /// Run inside an instance before its graceful stop (empty: none).
     pub drain_command: Vec<String>,
     /// How long the drain command may run.
     pub drain_timeout: Duration,
+}
+
+/// How a group's desired count follows its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// The Kubernetes HPA, exactly: its formula, tolerance band and stabilization windows, and,
+    /// unless step limits are set, its default scale-up rate (per 15 s, the larger of +4
+    /// instances and +100 %).
+    Kubernetes,
+    /// Sized from an estimate of the demand: base use learned, readings at the limit doubled,
+    /// growth carried one interval ahead, scale-down let go of after a minute unless the load
+    /// oscillates (see `decide::adaptive`). The default.
+    #[default]
+    Adaptive,
+}
+
+impl Policy {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Policy::Kubernetes => "kubernetes",
+            Policy::Adaptive => "adaptive",
+        }
+    }
 }
 
 /// Which instances a scale-down removes first (after stopped ones, which always go first).
@@ -211,6 +236,9 @@ pub struct Memory {
     pub usage: u64,
     /// The effective limit (the host's memory when the instance has no `limits.memory`).
     pub limit: u64,
+    /// How many times the kernel's OOM killer has killed in the instance since it started
+    /// (cgroup `memory.events`, or Incus' metrics); `None` when the source cannot tell.
+    pub oom_kills: Option<u64>,
 }
 
 impl Memory {
@@ -310,6 +338,9 @@ pub enum Reason {
     StabilizingUp,
     /// A scale-down that protected instances cut short.
     Protected,
+    /// An instance is at its memory limit: the demand is unknown, the count at least doubles
+    /// (`adaptive` policy).
+    AtLimit,
 }
 
 impl Reason {
@@ -326,6 +357,7 @@ impl Reason {
             Reason::Stabilizing => "stabilizing",
             Reason::StabilizingUp => "stabilizing-up",
             Reason::Protected => "protected",
+            Reason::AtLimit => "at-limit",
         }
     }
 }

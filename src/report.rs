@@ -40,6 +40,7 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool) {
         Reason::MetricsMissing => format!("memory {util}, but some instances have no reading: keeping {d}"),
         Reason::NoMetrics => format!("no memory reading: keeping {d}"),
         Reason::WithinTolerance => format!("memory {util} near target {target}%: keeping {d}"),
+        Reason::AtLimit => format!("an instance is at its memory limit (memory {util}): scaling up from {p} to {d}"),
         Reason::Protected => format!(
             "{d} desired, but {} protected instance(s) ({}=true) cannot be removed: keeping {c}",
             plan.protected, crate::model::PROTECTED_KEY

@@ -76,6 +76,7 @@ pub fn spec(group: &str, image: &str) -> GroupSpec {
         warm_pool: 0,
         paused: false,
         scale_down_order: Default::default(),
+        policy: Default::default(),
         drain_command: vec![],
         drain_timeout: Duration::from_secs(30),
     }

@@ -21,8 +21,8 @@ use fields::Fields;
 pub use security::{check_permissions, open_checked};
 
 use crate::model::{
-    DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, ScaleDownOrder, GROUP_KEY,
-    MAX_INSTANCES, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
+    DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, Policy, ScaleDownOrder,
+    GROUP_KEY, MAX_INSTANCES, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
 };
 
 /// Where the daemon looks for its desired state unless told otherwise.
@@ -119,6 +119,7 @@ pub const GROUP_KEYS: &[&str] = &[
     "warm_pool",
     "paused",
     "scale_down_order",
+    "policy",
     "drain_command",
     "drain_timeout",
     "allow_privileged",
@@ -326,6 +327,20 @@ fn group(
                     ScaleDownOrder::default()
                 }
             });
+    let policy = t
+        .string(c, "policy")
+        .map_or_else(Policy::default, |(s, span)| match s.as_str() {
+            "kubernetes" => Policy::Kubernetes,
+            "adaptive" => Policy::Adaptive,
+            _ => {
+                c.error(
+                    Some(span),
+                    &t.key("policy"),
+                    format!("{s:?} is not one of \"adaptive\", \"kubernetes\""),
+                );
+                Policy::default()
+            }
+        });
     let drain_command = t
         .strings(c, "drain_command")
         .map_or_else(Vec::new, |(v, span)| {
@@ -461,6 +476,7 @@ fn group(
         warm_pool: warm_pool.map_or(0, |(n, _)| n),
         paused,
         scale_down_order,
+        policy,
         drain_command,
         drain_timeout: secs(drain_timeout, 30),
         name,

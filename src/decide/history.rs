@@ -24,6 +24,8 @@ pub struct History {
     desired: Option<u32>,
     /// Per instance, by name.
     instances: BTreeMap<String, Tracked>,
+    /// What the `adaptive` policy has learned (base use, demand trend).
+    pub(super) estimates: super::adaptive::Estimates,
 }
 
 impl History {
@@ -111,7 +113,11 @@ impl History {
             self.changes
                 .push_back((now, i64::from(desired) - i64::from(base)));
         }
-        forget_older(&mut self.changes, now, spec.interval);
+        forget_older(
+            &mut self.changes,
+            now,
+            spec.interval.max(super::K8S_RATE_PERIOD),
+        );
         self.desired = Some(desired);
     }
 

@@ -10,7 +10,7 @@ use crate::model::{GroupName, InstanceStatus, Memory, ObservedInstance};
 
 const MIB: u64 = 1 << 20;
 
-pub(super) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
+pub(crate) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
     GroupSpec {
         name: GroupName::parse("web").unwrap(),
         min,
@@ -33,6 +33,7 @@ pub(super) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         warm_pool: 0,
         paused: false,
         scale_down_order: Default::default(),
+        policy: crate::model::Policy::Kubernetes,
         drain_command: vec![],
         drain_timeout: Duration::from_secs(30),
     }
@@ -50,6 +51,7 @@ pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
         memory: Some(Memory {
             usage: (percent * MIB as f64) as u64,
             limit: 100 * MIB,
+            oom_kills: None,
         }),
     }
 }
@@ -117,6 +119,7 @@ fn reference_and_edge_cases() {
         memory: Some(Memory {
             usage: (p * 1e7) as u64,
             limit: 1_000_000_000,
+            oom_kills: None,
         }),
         ..at(0.0, 0)
     };
@@ -211,7 +214,7 @@ fn reference_and_edge_cases() {
             name: "missing counted as 0 lands within tolerance -> keep",
             spec: spec(1, 10, 50.0),
             obs: observation(vec![
-                at(60.0, 1),
+                at(62.0, 1),
                 at(50.0, 2),
                 unmeasured(InstanceStatus::Stopped, 3),
             ]),
@@ -232,7 +235,7 @@ fn reference_and_edge_cases() {
             name: "zero limit is a missing metric",
             spec: spec(1, 5, 50.0),
             obs: observation(vec![ObservedInstance {
-                memory: Some(Memory { usage: 5, limit: 0 }),
+                memory: Some(Memory { usage: 5, limit: 0, oom_kills: None }),
                 ..at(0.0, 1)
             }]),
             desired: 1,
@@ -532,4 +535,82 @@ fn a_paused_group_is_decided_and_reported_but_nothing_is_done() {
     let mut o = obs(&[10.0]);
     o.instances.push(unmeasured(InstanceStatus::Stopped, 1));
     assert!(run(&s, &o).actions.is_empty(), "not even a restart");
+}
+
+#[test]
+fn the_tolerance_band_includes_both_edges_exactly() {
+    // (ratio − 1).abs() is 0.10000000000000009 at 55/50: Kubernetes keeps the count.
+    for (p, threshold) in [
+        (55.0, 50.0),
+        (66.0, 60.0),
+        (77.0, 70.0),
+        (88.0, 80.0),
+        (45.0, 50.0),
+    ] {
+        let plan = run(&spec(1, 10, threshold), &obs(&[p; 3]));
+        assert_eq!(
+            (plan.desired, plan.reason),
+            (3, Reason::WithinTolerance),
+            "{p} % against {threshold}"
+        );
+    }
+    let plan = run(&spec(1, 10, 50.0), &obs(&[56.0; 3]));
+    assert_eq!((plan.desired, plan.reason), (4, Reason::AboveThreshold));
+}
+
+#[test]
+fn utilization_is_total_usage_over_total_limits() {
+    // 90 of 100 MiB and 30 of 300 MiB: 120 of 400 MiB is 30 %, where the mean of the two
+    // percentages (90 and 10) would say 50 % and ask for 4 at a 30 % target.
+    let sized = |used: u64, limit: u64, created| ObservedInstance {
+        memory: Some(Memory {
+            usage: used * MIB,
+            limit: limit * MIB,
+            oom_kills: None,
+        }),
+        ..at(0.0, created)
+    };
+    let o = observation(vec![sized(90, 100, 1), sized(30, 300, 2)]);
+    let plan = run(&spec(1, 10, 30.0), &o);
+    assert!((plan.utilization.unwrap() - 30.0).abs() < 1e-9);
+    assert_eq!((plan.desired, plan.reason), (2, Reason::WithinTolerance));
+    // A reading above its limit counts at the limit.
+    let over = observation(vec![sized(150, 100, 1), sized(0, 100, 2)]);
+    assert!((run(&spec(1, 10, 50.0), &over).utilization.unwrap() - 50.0).abs() < 1e-9);
+}
+
+#[test]
+fn without_a_scale_down_window_nothing_holds_a_scale_down_on_any_pass() {
+    let s = GroupSpec {
+        scale_down_stabilization: Duration::ZERO,
+        ..spec(1, 10, 50.0)
+    };
+    let t0 = Instant::now();
+    let mut h = History::default();
+    let p = decide(&s, &obs(&[30.0; 4]), &mut h, t0);
+    assert_eq!(p.desired, 3, "the first pass");
+    let p = decide(&s, &obs(&[20.0; 3]), &mut h, t0 + Duration::from_secs(15));
+    assert_eq!(p.desired, 2, "the second pass");
+}
+
+#[test]
+fn kubernetes_scales_up_by_at_most_four_or_double_per_15_seconds() {
+    let s = spec(1, 20, 10.0);
+    let (mut h, t0) = settled(2);
+    // 2 at 100 % of a 10 % target asks for 20: +4 (more than +100 %).
+    let p = decide(&s, &obs(&[100.0; 2]), &mut h, t0);
+    assert_eq!((p.recommendation, p.desired, p.step_limited), (20, 6, true));
+    // Later passes within the same 15 s add nothing.
+    let p = decide(&s, &obs(&[100.0; 6]), &mut h, t0 + Duration::from_secs(5));
+    assert_eq!(p.desired, 6);
+    // The next period: +100 % of 6.
+    let p = decide(&s, &obs(&[100.0; 6]), &mut h, t0 + Duration::from_secs(16));
+    assert_eq!(p.desired, 12);
+    // An explicit max_scale_up_step replaces the default rate.
+    let stepped = GroupSpec {
+        max_scale_up_step: Some(1),
+        ..s.clone()
+    };
+    let (mut h, t0) = settled(2);
+    assert_eq!(decide(&stepped, &obs(&[100.0; 2]), &mut h, t0).desired, 3);
 }

@@ -363,7 +363,11 @@ impl Incus for UnixClient {
         let usage = v.pointer("/memory/usage").and_then(Value::as_u64);
         let limit = v.pointer("/memory/total").and_then(Value::as_u64);
         Ok(match (usage, limit) {
-            (Some(usage), Some(limit)) if limit > 0 => Some(Memory { usage, limit }),
+            (Some(usage), Some(limit)) if limit > 0 => Some(Memory {
+                usage,
+                limit,
+                oom_kills: None,
+            }),
             _ => None,
         })
     }

@@ -230,6 +230,7 @@ mod tests {
         Memory {
             usage: usage << 20,
             limit: 64 << 20,
+            oom_kills: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Memory from the container's cgroup files on this host (v1 or v2): no request to incusd at
-//! all, and the working set (usage minus inactive page cache, as the kubelet computes it).
+//! all, and the working set (usage minus inactive page cache, as the kubelet computes it), with
+//! the OOM killer's count (`memory.events` on v2, `memory.oom_control` on v1).
 
 use std::path::{Path, PathBuf};
 
@@ -44,11 +45,12 @@ impl CgroupSource {
     pub fn read_one(&self, project: &str, name: &str) -> Option<Memory> {
         let payload = Self::payload(project, name);
         let v1 = self.root.join("memory").join(&payload);
-        let (usage, limit, inactive) = if v1.is_dir() {
+        let (usage, limit, inactive, oom_kills) = if v1.is_dir() {
             (
                 read_u64(&v1.join("memory.usage_in_bytes"))?,
                 read_u64(&v1.join("memory.limit_in_bytes")),
                 stat_field(&v1.join("memory.stat"), "total_inactive_file"),
+                stat_field(&v1.join("memory.oom_control"), "oom_kill"),
             )
         } else {
             let v2 = [
@@ -61,6 +63,8 @@ impl CgroupSource {
                 read_u64(&v2.join("memory.current"))?,
                 read_u64(&v2.join("memory.max")), // "max" parses as None: no limit
                 stat_field(&v2.join("memory.stat"), "inactive_file"),
+                // Counts the kills in the whole subtree (an init's services included).
+                stat_field(&v2.join("memory.events"), "oom_kill"),
             )
         };
         let host = self.host_total;
@@ -71,6 +75,7 @@ impl CgroupSource {
         (limit > 0).then(|| Memory {
             usage: usage.saturating_sub(inactive.unwrap_or(0)),
             limit,
+            oom_kills,
         })
     }
 }
@@ -121,6 +126,10 @@ mod tests {
                 ("memory.usage_in_bytes", "50000\n"),
                 ("memory.limit_in_bytes", "100000\n"),
                 ("memory.stat", "cache 1\ntotal_inactive_file 10000\n"),
+                (
+                    "memory.oom_control",
+                    "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+                ),
             ],
         );
         let s = CgroupSource::new(t.path(), 1 << 30);
@@ -128,7 +137,8 @@ mod tests {
             s.read_one("default", "web-a"),
             Some(Memory {
                 usage: 40000,
-                limit: 100000
+                limit: 100000,
+                oom_kills: Some(2)
             })
         );
         assert_eq!(s.read_one("default", "web-b"), None);
@@ -143,6 +153,10 @@ mod tests {
                 ("memory.current", "300\n"),
                 ("memory.max", "max\n"),
                 ("memory.stat", "anon 3\ninactive_file 100\n"),
+                (
+                    "memory.events",
+                    "low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\n",
+                ),
             ],
         );
         let s = CgroupSource::new(t.path(), 1000);
@@ -150,7 +164,8 @@ mod tests {
             s.read_one("staging", "db-a"),
             Some(Memory {
                 usage: 200,
-                limit: 1000
+                limit: 1000,
+                oom_kills: Some(1)
             })
         );
         assert_eq!(s.read_one("default", "db-a"), None);

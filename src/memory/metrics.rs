@@ -9,6 +9,7 @@ use crate::model::Memory;
 const METRIC_TOTAL: &str = "incus_memory_MemTotal_bytes";
 const METRIC_FREE: &str = "incus_memory_MemFree_bytes";
 const METRIC_INACTIVE_FILE: &str = "incus_memory_Inactive_file_bytes";
+const METRIC_OOM_KILLS: &str = "incus_memory_OOM_kills_total";
 
 /// The working set of each instance of `project` in a `GET /1.0/metrics` answer, by name.
 ///
@@ -21,6 +22,8 @@ const METRIC_INACTIVE_FILE: &str = "incus_memory_Inactive_file_bytes";
 /// (`Cached_bytes` would also subtract active cache, which is in use; `RSS_bytes` exists on
 /// cgroup v1 only and leaves out shmem and tmpfs, which do count against the limit.)
 ///
+/// `OOM_kills_total`, when incusd writes it, is the OOM killer's count.
+///
 /// An instance lacks a reading when `MemTotal` or `MemFree` is missing or not a number, or
 /// when `MemFree` exceeds `MemTotal`: incusd writes usage −1 when it could not read it.
 pub fn from_metrics(text: &str, project: &str) -> HashMap<String, Memory> {
@@ -29,11 +32,14 @@ pub fn from_metrics(text: &str, project: &str) -> HashMap<String, Memory> {
         total: Option<f64>,
         free: Option<f64>,
         inactive: Option<f64>,
+        oom_kills: Option<f64>,
     }
     let mut by_name: HashMap<String, Fields> = HashMap::new();
     for s in text.lines().filter_map(parse_sample) {
-        if !matches!(s.name, METRIC_TOTAL | METRIC_FREE | METRIC_INACTIVE_FILE)
-            || s.label("project").is_some_and(|p| p != project)
+        if !matches!(
+            s.name,
+            METRIC_TOTAL | METRIC_FREE | METRIC_INACTIVE_FILE | METRIC_OOM_KILLS
+        ) || s.label("project").is_some_and(|p| p != project)
         {
             continue;
         }
@@ -44,13 +50,21 @@ pub fn from_metrics(text: &str, project: &str) -> HashMap<String, Memory> {
         let slot = match s.name {
             METRIC_TOTAL => &mut f.total,
             METRIC_FREE => &mut f.free,
+            METRIC_OOM_KILLS => &mut f.oom_kills,
             _ => &mut f.inactive,
         };
         *slot = Some(s.value);
     }
     by_name
         .into_iter()
-        .filter_map(|(name, f)| Some((name, working_set(f.total?, f.free?, f.inactive)?)))
+        .filter_map(|(name, f)| {
+            let mut m = working_set(f.total?, f.free?, f.inactive)?;
+            m.oom_kills = f
+                .oom_kills
+                .filter(|k| k.is_finite() && *k >= 0.0)
+                .map(|k| k as u64);
+            Some((name, m))
+        })
         .collect()
 }
 
@@ -66,6 +80,7 @@ fn working_set(total: f64, free: f64, inactive: Option<f64>) -> Option<Memory> {
     Some(Memory {
         usage: (usage - inactive.min(usage)).round() as u64,
         limit: total.round() as u64,
+        oom_kills: None,
     })
 }
 
@@ -244,6 +259,9 @@ incus_memory_MemTotal_bytes{name="nan",project="default",type="container"} NaN
 incus_memory_MemFree_bytes{name="nan",project="default",type="container"} 1
 incus_memory_MemTotal_bytes{name="web-a",project="other",type="container"} 2
 incus_memory_RSS_bytes{name="web-a",project="default",type="container"} 1.2e+07
+# HELP incus_memory_OOM_kills_total The number of out of memory kills.
+# TYPE incus_memory_OOM_kills_total counter
+incus_memory_OOM_kills_total{name="web-a",project="default",type="container"} 3
 incus_uptime_seconds 643.678511837
 # EOF
 "#;
@@ -256,21 +274,27 @@ incus_uptime_seconds 643.678511837
             m.get("web-a"),
             Some(&Memory {
                 usage: 22 << 20,
-                limit: 64 << 20
+                limit: 64 << 20,
+                oom_kills: Some(3)
             })
         );
         assert_eq!(
             m.get("web-b"),
             Some(&Memory {
                 usage: 6 << 20,
-                limit: 64 << 20
+                limit: 64 << 20,
+                oom_kills: None
             })
         );
         // Usage unreadable (MemFree = MemTotal + 1), MemFree missing, MemTotal not a number.
         assert_eq!(m.len(), 2, "{m:?}");
         assert_eq!(
             from_metrics(METRICS, "other").get("web-a"),
-            Some(&Memory { usage: 1, limit: 2 })
+            Some(&Memory {
+                usage: 1,
+                limit: 2,
+                oom_kills: None
+            })
         );
         assert!(from_metrics("# EOF\n", "default").is_empty());
     }
@@ -281,14 +305,16 @@ incus_uptime_seconds 643.678511837
             working_set(100.0, 40.0, Some(80.0)),
             Some(Memory {
                 usage: 0,
-                limit: 100
+                limit: 100,
+                oom_kills: None
             })
         );
         assert_eq!(
             working_set(100.0, 40.0, Some(f64::NAN)),
             Some(Memory {
                 usage: 60,
-                limit: 100
+                limit: 100,
+                oom_kills: None
             })
         );
         assert_eq!(working_set(0.0, 0.0, None), None);

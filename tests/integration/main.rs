@@ -13,6 +13,7 @@ mod real_operators;
 mod real_trust;
 mod reconcile;
 mod setup_script;
+mod simulate;
 mod trust;
 mod util;
 mod watch;

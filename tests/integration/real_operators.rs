@@ -57,7 +57,12 @@ fn real_pause_holds_a_group_and_protection_keeps_instances() {
     });
     let doc = status_json(&sock);
     assert_eq!(doc["groups"][0]["name"], g.as_str());
-    assert_eq!(doc["groups"][0]["last_action"]["kind"], "create");
+    assert_eq!(
+        doc["groups"][0]["last_action"]["kind"],
+        "create",
+        "{}",
+        lab.log()
+    );
     // The same metrics on the unix socket and on TCP: they moved with the scale-up and parse.
     let tcp = metrics_address(&lab);
     eventually(&lab, "the metrics show 2", MINUTE, || {

@@ -332,6 +332,7 @@ fn good(key: &str) -> BoxedStrategy<String> {
         }
         "allow_privileged" | "paused" => select_str(&["true", "false"]),
         "scale_down_order" => select_str(&["\"newest\"", "\"oldest\"", "\"least-memory\""]),
+        "policy" => select_str(&["\"kubernetes\""]),
         "drain_command" => select_str(&["[\"/bin/sh\", \"-c\", \"sleep 1\"]", "[\"true\"]"]),
         "drain_timeout" => select_str(&["\"1s\"", "\"30s\"", "\"5m\""]),
         "warm_pool" => (0u32..=config::WARM_POOL_MAX)
@@ -854,6 +855,8 @@ const BOUNDS: &[(&str, &str, bool)] = &[
     ("paused", "\"true\"", false),
     ("scale_down_order", "\"least-memory\"", true),
     ("scale_down_order", "\"largest\"", false),
+    ("policy", "\"kubernetes\"", true),
+    ("policy", "\"hpa\"", false),
     ("drain_command", "[]", false),
     ("drain_command", "[\"/bin/true\"]", true),
     ("drain_timeout", "\"5m\"", true),

@@ -79,9 +79,9 @@ fn memory() -> BoxedStrategy<Memory> {
     prop_oneof![
         // A realistic reading: 0–150 % of a 1 MiB–64 GiB limit.
         3 => (1u64 << 20..=1u64 << 36, 0u64..=150)
-            .prop_map(|(limit, pct)| Memory { usage: limit / 100 * pct, limit }),
+            .prop_map(|(limit, pct)| Memory { usage: limit / 100 * pct, limit, oom_kills: None }),
         // Anything, 0 and u64::MAX included.
-        1 => (big_u64(), big_u64()).prop_map(|(usage, limit)| Memory { usage, limit }),
+        1 => (big_u64(), big_u64()).prop_map(|(usage, limit)| Memory { usage, limit, oom_kills: None }),
     ]
     .boxed()
 }
@@ -145,6 +145,7 @@ fn steady_inst(load: u64) -> BoxedStrategy<Inst> {
                 memory: Some(Memory {
                     usage: limit / 100 * (load + noise).saturating_sub(10),
                     limit,
+                    oom_kills: None,
                 }),
             },
         )

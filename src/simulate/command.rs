@@ -1,0 +1,129 @@
+//! The edge of `incus-hpa simulate`: reads the desired-state file and the trace, runs the
+//! chosen policies, prints the scores (table or JSON) and draws the plot. Exit status 1, with
+//! every problem located, for a bad file, an unknown group or a group without a memory limit.
+
+use std::process::ExitCode;
+
+use super::{plot, simulate, table, LoadModel, SimPolicy, Trace};
+use crate::cli::{Format, SimulateArgs};
+use crate::config;
+
+/// Runs `incus-hpa simulate`.
+pub fn run(args: &SimulateArgs) -> ExitCode {
+    match try_run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("{message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn try_run(args: &SimulateArgs) -> Result<(), String> {
+    let loaded = config::load(&args.config).map_err(|e| {
+        let mut lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
+        lines.push(e.to_string());
+        lines.join("\n")
+    })?;
+    let file = args.config.display();
+    let spec = loaded
+        .state
+        .groups
+        .values()
+        .find(|g| g.name.as_str() == args.group)
+        .ok_or_else(|| {
+            let known: Vec<&str> = loaded.state.groups.keys().map(|g| g.as_str()).collect();
+            format!(
+                "{file}: no group {:?} (groups: {})",
+                args.group,
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            )
+        })?;
+    let limit_mib = match args.limit_mib {
+        Some(l) if l.is_finite() && l > 0.0 => l,
+        Some(l) => return Err(format!("--limit-mib {l}: must be a positive number of MiB")),
+        None => {
+            let key = format!("groups.{}.config.\"limits.memory\"", args.group);
+            let value = spec.config.get("limits.memory").ok_or_else(|| {
+                format!("{file}: {key} is not set: the simulation needs each instance's limit (or --limit-mib)")
+            })?;
+            mib(value).ok_or_else(|| {
+                format!("{file}: {key} = {value:?}: the simulation needs a size such as \"64MiB\" (or --limit-mib)")
+            })?
+        }
+    };
+    if !(args.base_mib.is_finite() && args.base_mib >= 0.0 && args.base_mib < limit_mib) {
+        return Err(format!(
+            "--base-mib {}: must be at least 0 and below the limit ({limit_mib} MiB)",
+            args.base_mib
+        ));
+    }
+    let text = std::fs::read_to_string(&args.trace)
+        .map_err(|e| format!("{}: cannot read the trace: {e}", args.trace.display()))?;
+    let trace = Trace::parse(&args.trace, &text).map_err(|e| e.to_string())?;
+    let model = LoadModel {
+        limit_mib,
+        base_mib: args.base_mib,
+        warmup: args.warmup,
+    };
+    let mut policies = vec![args.policy];
+    if args.compare {
+        policies.extend(
+            [SimPolicy::Kubernetes, SimPolicy::Step]
+                .into_iter()
+                .filter(|p| *p != args.policy),
+        );
+    }
+    let runs: Vec<_> = policies
+        .iter()
+        .map(|p| simulate(spec, &trace, &model, *p))
+        .collect();
+    let scores: Vec<_> = runs.iter().map(|r| r.scores.clone()).collect();
+    match (args.format, args.compare) {
+        (Format::Table, _) => print!("{}", table(&scores)),
+        (Format::Json, false) => {
+            println!("{}", serde_json::to_string(&scores[0]).unwrap_or_default())
+        }
+        (Format::Json, true) => println!("{}", serde_json::to_string(&scores).unwrap_or_default()),
+    }
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "{} on {}",
+            args.group,
+            args.trace
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        );
+        plot(path, &title, spec.memory_threshold, &runs)?;
+    }
+    Ok(())
+}
+
+/// A memory size as Incus writes `limits.memory`, in MiB: bytes, or kB/MB/GB/TB (powers of
+/// 1000) and KiB/MiB/GiB/TiB (powers of 1024). A percentage of the host is not a size.
+pub fn mib(value: &str) -> Option<f64> {
+    let v = value.trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let n: f64 = number.parse().ok()?;
+    let bytes = match unit.trim() {
+        "" | "B" => 1.0,
+        "kB" | "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" => 1024f64.powi(4),
+        _ => return None,
+    };
+    let mib = n * bytes / (1024.0 * 1024.0);
+    (mib > 0.0).then_some(mib)
+}

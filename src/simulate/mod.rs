@@ -1,0 +1,319 @@
+//! `incus-hpa simulate`: replays a demand trace through the daemon's own decision code
+//! ([`crate::decide::decide`], on a simulated clock) under a simple load model, and scores it.
+//!
+//! The load model: every instance has the group's memory limit L and a base use B that does not
+//! move with load. Demand D(t) is spread evenly over the ready instances, each using
+//! `B + D / ready` (observed capped at L); an instance is ready `warmup` after its creation and
+//! observed at B until then. The run starts with `min` ready instances. Decisions happen at
+//! t = 0 and every `interval`; creations and removals happen at once.
+//!
+//! Scores, per second: `overload_s` (mean utilization of the ready instances above 1.1 × the
+//! threshold, or none ready), `oom_s` (at or above 100 %), `waste_instance_s` (instances above
+//! the ideal count `clamp(ceil(D / (threshold × L − B)), min, max)`), `churn` (instances created
+//! plus removed), `flips` (changes of direction between successive scalings), `peak`.
+
+pub mod command;
+mod plot;
+mod trace;
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::decide::{decide, History};
+use crate::model::{
+    Action, GroupSpec, InstanceStatus, Memory, Observation, ObservedInstance, Policy,
+};
+pub use plot::plot;
+pub use trace::{Trace, TraceError};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The load model's parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadModel {
+    /// Each instance's memory limit, MiB.
+    pub limit_mib: f64,
+    /// Each instance's base use, MiB.
+    pub base_mib: f64,
+    /// From creation to ready.
+    pub warmup: Duration,
+}
+
+/// Which decision rule a run replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SimPolicy {
+    /// The group as configured (its `policy`, windows, tolerance and interval).
+    Default,
+    /// The Kubernetes HPA with its defaults: 15 s period, tolerance 0.1, 300 s scale-down
+    /// stabilization, scale-up at most max(+4, +100 %) per 15 s.
+    Kubernetes,
+    /// The Go lab's rule: every 10 s, +1 when the mean is at or above the threshold, −1 when it
+    /// is below half of it.
+    Step,
+}
+
+impl SimPolicy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            SimPolicy::Default => "default",
+            SimPolicy::Kubernetes => "kubernetes",
+            SimPolicy::Step => "step",
+        }
+    }
+}
+
+/// A run's scores (`--format json` prints these names).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scores {
+    pub policy: String,
+    pub overload_s: u64,
+    pub oom_s: u64,
+    pub waste_instance_s: u64,
+    pub churn: u64,
+    pub flips: u64,
+    pub peak: u32,
+    /// `10 × oom_s + overload_s + waste_instance_s / 60 + 2 × churn`.
+    pub cost: f64,
+}
+
+/// One second of a run, for plots.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Second {
+    pub t: u64,
+    pub demand_mib: f64,
+    pub instances: u32,
+    pub ideal: u32,
+    /// Mean utilization of the ready instances, percent (100 with none ready).
+    pub utilization: f64,
+}
+
+/// A run: its scores and its timeline.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub scores: Scores,
+    pub timeline: Vec<Second>,
+}
+
+#[derive(Debug, Clone)]
+struct SimInstance {
+    name: String,
+    /// Creation order: the newest has the highest.
+    seq: u64,
+    created: u64,
+    ready_at: u64,
+}
+
+/// The spec a policy decides with: the group's own, or Kubernetes' defaults on its bounds.
+pub fn spec_for(spec: &GroupSpec, policy: SimPolicy) -> GroupSpec {
+    match policy {
+        SimPolicy::Default => spec.clone(),
+        SimPolicy::Kubernetes | SimPolicy::Step => GroupSpec {
+            policy: Policy::Kubernetes,
+            interval: Duration::from_secs(if policy == SimPolicy::Step { 10 } else { 15 }),
+            tolerance: 0.1,
+            scale_down_stabilization: Duration::from_secs(300),
+            scale_up_stabilization: Duration::ZERO,
+            max_scale_up_step: None,
+            max_scale_down_step: None,
+            warm_pool: 0,
+            paused: false,
+            ..spec.clone()
+        },
+    }
+}
+
+/// Replays `trace` for the group `spec` under `model` with `policy`.
+pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimPolicy) -> Run {
+    let spec = GroupSpec {
+        warm_pool: 0,
+        paused: false,
+        ..spec_for(spec, policy)
+    };
+    let (limit, base) = (model.limit_mib, model.base_mib.min(model.limit_mib));
+    let warmup = model.warmup.as_secs_f64().ceil() as u64;
+    let every = spec.interval.as_secs_f64().ceil().max(1.0) as u64;
+    let threshold = spec.memory_threshold;
+    let per_instance = (threshold / 100.0 * limit - base).max(f64::MIN_POSITIVE);
+
+    let t0 = Instant::now();
+    let mut history = History::default();
+    let mut created = 0u64;
+    let mut instances: Vec<SimInstance> = (0..spec.min)
+        .map(|_| {
+            created += 1;
+            SimInstance {
+                name: format!("sim-{created}"),
+                seq: created,
+                created: 0,
+                ready_at: 0,
+            }
+        })
+        .collect();
+    let (mut churn, mut flips, mut last_direction) = (0u64, 0u64, 0i64);
+    let (mut overload, mut oom, mut waste, mut peak) = (0u64, 0u64, 0u64, 0u32);
+    let mut timeline = Vec::new();
+
+    for t in 0..trace.seconds() {
+        let demand = trace.demand(t as f64);
+        let ready = instances.iter().filter(|i| i.ready_at <= t).count();
+        let use_mib = |i: &SimInstance| {
+            if i.ready_at <= t && ready > 0 {
+                (base + demand / ready as f64).min(limit)
+            } else {
+                base
+            }
+        };
+        if t % every == 0 {
+            let before = instances.len() as i64;
+            match policy {
+                SimPolicy::Step => {
+                    let mean = instances
+                        .iter()
+                        .map(|i| use_mib(i) / limit * 100.0)
+                        .sum::<f64>()
+                        / instances.len().max(1) as f64;
+                    let n = instances.len() as u32;
+                    let target = if instances.is_empty() || mean >= threshold {
+                        n + 1
+                    } else if mean < threshold / 2.0 {
+                        n.saturating_sub(1)
+                    } else {
+                        n
+                    };
+                    let target = target.clamp(spec.min, spec.max);
+                    while (instances.len() as u32) < target {
+                        created += 1;
+                        instances.push(SimInstance {
+                            name: format!("sim-{created}"),
+                            seq: created,
+                            created: t,
+                            ready_at: t + warmup,
+                        });
+                    }
+                    instances.truncate(target as usize);
+                }
+                _ => {
+                    let obs = Observation {
+                        instances: instances
+                            .iter()
+                            .map(|i| ObservedInstance {
+                                name: i.name.clone(),
+                                status: InstanceStatus::Running,
+                                created_at: i.created as i64 * 1_000_000_000 + i.seq as i64,
+                                since_start: Some(Duration::from_secs(t - i.created)),
+                                memory: Some(Memory {
+                                    usage: (use_mib(i) * MIB) as u64,
+                                    limit: (limit * MIB) as u64,
+                                    oom_kills: None,
+                                }),
+                                warm: false,
+                                protected: false,
+                            })
+                            .collect(),
+                        foreign: vec![],
+                    };
+                    let now = t0 + Duration::from_secs(t);
+                    let plan = decide(&spec, &obs, &mut history, now);
+                    for action in plan.actions {
+                        match action {
+                            Action::Create { .. } => {
+                                created += 1;
+                                let name = format!("sim-{created}");
+                                history.created(&name);
+                                instances.push(SimInstance {
+                                    name,
+                                    seq: created,
+                                    created: t,
+                                    ready_at: t + warmup,
+                                });
+                            }
+                            Action::Remove { name, .. } => instances.retain(|i| i.name != name),
+                            Action::Promote { .. } | Action::Start { .. } | Action::CreateWarm => {}
+                        }
+                    }
+                }
+            }
+            let change = instances.len() as i64 - before;
+            churn += change.unsigned_abs();
+            if change != 0 {
+                if last_direction != 0 && change.signum() != last_direction {
+                    flips += 1;
+                }
+                last_direction = change.signum();
+            }
+        }
+
+        let ready = instances.iter().filter(|i| i.ready_at <= t).count();
+        let utilization = if ready == 0 {
+            100.0
+        } else {
+            (base + demand / ready as f64).min(limit) / limit * 100.0
+        };
+        if ready == 0 || utilization > 1.1 * threshold {
+            overload += 1;
+        }
+        if utilization >= 100.0 {
+            oom += 1;
+        }
+        let ideal = ((demand / per_instance).ceil() as u32).clamp(spec.min, spec.max);
+        let n = instances.len() as u32;
+        waste += u64::from(n.saturating_sub(ideal));
+        peak = peak.max(n);
+        timeline.push(Second {
+            t,
+            demand_mib: demand,
+            instances: n,
+            ideal,
+            utilization,
+        });
+    }
+    let cost = 10.0 * oom as f64 + overload as f64 + waste as f64 / 60.0 + 2.0 * churn as f64;
+    Run {
+        scores: Scores {
+            policy: policy.name().into(),
+            overload_s: overload,
+            oom_s: oom,
+            waste_instance_s: waste,
+            churn,
+            flips,
+            peak,
+            cost,
+        },
+        timeline,
+    }
+}
+
+/// Scores as a table in the style of `incus list`.
+pub fn table(rows: &[Scores]) -> String {
+    let header = [
+        "POLICY",
+        "OVERLOAD_S",
+        "OOM_S",
+        "WASTE_INSTANCE_S",
+        "CHURN",
+        "FLIPS",
+        "PEAK",
+        "COST",
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|s| {
+            vec![
+                s.policy.clone(),
+                s.overload_s.to_string(),
+                s.oom_s.to_string(),
+                s.waste_instance_s.to_string(),
+                s.churn.to_string(),
+                s.flips.to_string(),
+                s.peak.to_string(),
+                format!("{:.1}", s.cost),
+            ]
+        })
+        .collect();
+    crate::table::render(&header, &cells)
+}
+
+#[cfg(test)]
+mod tests;
