@@ -20,6 +20,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::decide::owner_value;
 use crate::incus::{CreateInstance, ImageSource, Incus, IncusError, StateChange};
 use crate::informer::Store;
@@ -53,6 +55,7 @@ pub async fn apply(
     actions: &[Action],
     stop: &AtomicBool,
     parallel: usize,
+    until: Instant,
 ) -> Vec<Outcome> {
     let mut pending = actions.iter().peekable();
     let mut running = FuturesUnordered::new();
@@ -60,7 +63,12 @@ pub async fn apply(
     let mut failed = false;
     let mut outcomes = Vec::new();
     loop {
-        while running.len() < parallel.max(1) && !failed && !stop.load(Ordering::SeqCst) {
+        // No action starts past `until`, the end of the group's lease (less its margin).
+        while running.len() < parallel.max(1)
+            && !failed
+            && !stop.load(Ordering::SeqCst)
+            && Instant::now() < until
+        {
             let Some(action) = pending.peek() else {
                 break;
             };

@@ -114,7 +114,7 @@ fn socket_str(socket: &Path) -> anyhow::Result<String> {
         .to_owned())
 }
 
-fn context(socket: &str) -> anyhow::Result<Context> {
+fn context(socket: &str, lease: std::time::Duration) -> anyhow::Result<Context> {
     let telemetry = Arc::new(crate::control::Telemetry::default());
     let client = UnixClient::new(socket)?.counting(telemetry.requests.clone());
     let incus: Arc<dyn Incus> = Arc::new(client);
@@ -125,6 +125,10 @@ fn context(socket: &str) -> anyhow::Result<Context> {
         store: Arc::new(Store::default()),
         stop: Arc::new(AtomicBool::new(false)),
         telemetry,
+        leases: Arc::new(crate::lease::Leases::new(
+            crate::lease::Leases::holder_id(),
+            lease,
+        )),
     })
 }
 
@@ -144,7 +148,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
     };
     daemon::log_diagnostics(&loaded.warnings);
     let socket = socket_str(socket)?;
-    let ctx = context(&socket)?;
+    let ctx = context(&socket, loaded.state.daemon.lease)?;
 
     let (tx, mut events) = mpsc::unbounded_channel();
     let mut term = signal(SignalKind::terminate())?;
@@ -212,6 +216,8 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
         path.display()
     );
     systemd::ready();
+    // Leader leases: one daemon acts on a group at a time (see `lease`).
+    tokio::spawn(ctx.leases.clone().keep(ctx.incus.clone()));
     let owned = path.to_path_buf();
     let loader: daemon::Loader = Box::new(move || load_strict(&owned));
     daemon::run_loop(ctx, loaded.state, loader, events).await;
@@ -231,7 +237,7 @@ pub async fn plan(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let ctx = context(&socket_str(socket)?)?;
+    let ctx = context(&socket_str(socket)?, loaded.state.daemon.lease)?;
     let memory = (ctx.memory)(loaded.state.daemon.memory_source);
     let now = Instant::now();
     let resync = loaded.state.daemon.resync;

@@ -69,6 +69,10 @@ pub struct GroupStatus {
     /// RFC 3339, UTC: the next pass at the latest.
     pub next_pass: Option<String>,
     pub last_error: Option<String>,
+    /// Another daemon holds the group's lease and acts on it: its holder id (`HOST:PID:TAG`);
+    /// `null` when this daemon does.
+    #[serde(default)]
+    pub standby: Option<String>,
 }
 
 /// The `/status` document.
@@ -509,6 +513,7 @@ pub fn table(status: &Status) -> String {
         "TARGET",
         "REASON",
         "PAUSED",
+        "STANDBY",
         "LAST ACTION",
         "LAST ERROR",
     ];
@@ -528,6 +533,9 @@ pub fn table(status: &Status) -> String {
                 format!("{}%", g.threshold),
                 g.reason.clone(),
                 if g.paused { "yes" } else { "no" }.into(),
+                g.standby
+                    .clone()
+                    .map_or_else(|| "no".into(), |h| format!("yes ({h})")),
                 g.last_action.as_ref().map_or_else(
                     || "-".into(),
                     |a| format!("{} {} {} ({})", a.at, a.kind, a.instance, a.outcome),

@@ -213,5 +213,7 @@ pub async fn run_loop(
             status(&reconciler, invalid_since);
         }
     }
+    // Another daemon takes over at once rather than after the lease runs out.
+    ctx.leases.release_all(ctx.incus.as_ref()).await;
     state
 }

@@ -17,6 +17,7 @@ pub mod events;
 pub mod exposition;
 pub mod incus;
 pub mod informer;
+pub mod lease;
 pub mod logging;
 pub mod memory;
 pub mod model;

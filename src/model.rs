@@ -108,6 +108,8 @@ pub struct DaemonSpec {
     pub control_socket: std::path::PathBuf,
     /// Where `/metrics` is also served over TCP, if anywhere (read at start).
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// How long a group's leader lease lasts (see `crate::lease`; read at start).
+    pub lease: Duration,
 }
 
 impl Default for DaemonSpec {
@@ -119,6 +121,7 @@ impl Default for DaemonSpec {
             max_parallel_actions: 4,
             control_socket: crate::control::DEFAULT_SOCKET.into(),
             metrics_address: None,
+            lease: Duration::from_secs(15),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::control::{GroupStatus, LastAction, Status, Telemetry};
 use crate::decide::{decide, History};
 use crate::incus::{Incus, IncusError};
 use crate::informer::Store;
+use crate::lease::Standing;
 use crate::memory::MemorySource;
 use crate::model::{DesiredState, GroupName, GroupSpec, MemorySourceKind, Reason};
 use crate::observe::observe;
@@ -69,6 +70,8 @@ pub struct Context {
     pub stop: Arc<AtomicBool>,
     /// Counters and the status board, served on the control socket.
     pub telemetry: Arc<Telemetry>,
+    /// Which groups this daemon may act on (leader leases).
+    pub leases: Arc<crate::lease::Leases>,
 }
 
 /// The last outcome of a group, for the status line.
@@ -81,6 +84,8 @@ pub struct Summary {
     pub utilization: Option<f64>,
     pub reason: Reason,
     pub error: Option<String>,
+    /// Another daemon holds the group's lease: its holder id.
+    pub standby: Option<String>,
 }
 
 struct GroupState {
@@ -152,6 +157,12 @@ impl Reconciler {
     /// and groups moved to another project, are no longer managed where they were and their
     /// instances are left alone.
     pub fn set_desired(&mut self, state: &DesiredState, now: Instant) {
+        self.ctx.leases.set_groups(
+            state
+                .groups
+                .values()
+                .map(|g| (g.project.as_str(), g.name.as_str())),
+        );
         if state.daemon.memory_source != self.memory_kind {
             self.memory_kind = state.daemon.memory_source;
             self.memory = (self.ctx.memory)(self.memory_kind);
@@ -235,6 +246,32 @@ impl Reconciler {
 
     /// Reconciles every group due at `now`, concurrently.
     pub async fn run_due(&mut self, now: Instant) {
+        // A due group whose lease this daemon has not read yet (at start, or after it ran
+        // out) gets one round of its project's leases now rather than at the next renewal.
+        let unknown: BTreeSet<String> = self
+            .groups
+            .values()
+            .filter(|g| g.next <= now)
+            .filter(|g| {
+                self.ctx
+                    .leases
+                    .standing(&g.spec.project, g.spec.name.as_str(), now)
+                    == Standing::Unknown
+            })
+            .map(|g| g.spec.project.clone())
+            .collect();
+        let all = self.ctx.leases.groups();
+        for project in unknown {
+            let groups = all.get(&project).cloned().unwrap_or_default();
+            if let Err(e) = self
+                .ctx
+                .leases
+                .renew(self.ctx.incus.as_ref(), &project, &groups)
+                .await
+            {
+                tracing::debug!(project, error = %e, "cannot read the leases of project {project}: {e}");
+            }
+        }
         let ctx = &self.ctx;
         let memory = self.memory.as_ref();
         let interval = self.interval;
@@ -276,6 +313,7 @@ impl Reconciler {
                         utilization: None,
                         reason: Reason::NoMetrics,
                         error: None,
+                        standby: None,
                     });
                     s.error = Some(e.to_string());
                     g.last = Some(s);
@@ -332,6 +370,7 @@ impl Reconciler {
                     last_action: g.last_action.clone(),
                     next_pass: Some(at(g.next)),
                     last_error: last.and_then(|l| l.error.clone()),
+                    standby: last.and_then(|l| l.standby.clone()),
                 }
             })
             .collect();
@@ -382,10 +421,22 @@ async fn reconcile(
     for note in &plan.notes {
         report::note(spec, note);
     }
+    // Only the holder of the group's lease acts; it starts nothing past the lease's end.
+    let (until, standby) =
+        match ctx
+            .leases
+            .standing(&spec.project, spec.name.as_str(), Instant::now())
+        {
+            Standing::Held { until } => (Some(until), None),
+            Standing::Standby { holder } => (None, Some(holder)),
+            Standing::Unknown => (None, Some("another daemon (not known yet)".to_owned())),
+        };
     let changed = g.last.as_ref().is_none_or(|p| {
-        (p.current, p.desired, p.reason) != (plan.current, plan.desired, plan.reason)
+        (p.current, p.desired, p.reason, &p.standby)
+            != (plan.current, plan.desired, plan.reason, &standby)
     });
-    report::decision(spec, &plan, changed || !plan.actions.is_empty());
+    let busy = standby.is_none() && !plan.actions.is_empty();
+    report::decision(spec, &plan, changed || busy, standby.as_deref());
     let summary = Summary {
         current: plan.current,
         desired: plan.desired,
@@ -394,6 +445,10 @@ async fn reconcile(
         utilization: plan.utilization,
         reason: plan.reason,
         error: None,
+        standby: standby.clone(),
+    };
+    let Some(until) = until else {
+        return Ok((summary, plan.requeue_in, Vec::new()));
     };
     let outcomes = act::apply(
         ctx.incus.as_ref(),
@@ -402,6 +457,7 @@ async fn reconcile(
         &plan.actions,
         &ctx.stop,
         parallel,
+        until,
     )
     .await;
     let done = Instant::now();

@@ -21,7 +21,9 @@ fn human(d: Duration) -> String {
 
 /// One line per decision: at info level when it acts or differs from the previous one, at
 /// debug level when it repeats itself (`RUST_LOG=incus_hpa=debug` shows every tick).
-pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool) {
+/// `standby` names the daemon that holds the group's lease when it is not this one: the
+/// decision is logged, and nothing is done.
+pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&str>) {
     let util = fmt_util(plan.utilization);
     let util_field = plan
         .utilization
@@ -51,6 +53,10 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool) {
     } else {
         msg
     };
+    let msg = match standby {
+        Some(holder) => format!("standby ({holder} holds the lease; nothing is done here): {msg}"),
+        None => msg,
+    };
     let mut msg = if plan.step_limited {
         format!("{msg} (step limit; {} recommended)", plan.recommendation)
     } else {
@@ -68,11 +74,11 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool) {
     }
     let g = spec.name.as_str();
     let reason = plan.reason.as_str();
-    let (unhealthy, paused) = (plan.unhealthy, plan.paused);
+    let (unhealthy, paused, standby) = (plan.unhealthy, plan.paused, standby.is_some());
     if !notable {
-        tracing::debug!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, "{g}: {msg}");
+        tracing::debug!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
     } else {
-        tracing::info!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, "{g}: {msg}");
+        tracing::info!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
     }
 }
 
@@ -216,6 +222,7 @@ mod tests {
             utilization: Some(50.0),
             reason: Reason::BelowMin,
             error: Some("x".repeat(3000)),
+            standby: None,
         };
         let line = status_line(specs.iter().map(|s| (s, Some(&failing))));
         assert!(line.len() <= STATUS_MAX, "{}", line.len());

@@ -84,6 +84,7 @@ const DAEMON_KEYS: &[&str] = &[
     "max_parallel_actions",
     "control_socket",
     "metrics_address",
+    "lease",
 ];
 
 /// The longest `drain_timeout` accepted.
@@ -215,6 +216,11 @@ fn daemon(c: &mut Collector, mut t: Fields) -> DaemonSpec {
                 format!("{p:?} is not an absolute path"),
             );
         }
+    }
+    if let Some(lease) =
+        t.duration_within(c, "lease", Duration::from_secs(3), Duration::from_secs(600))
+    {
+        d.lease = lease;
     }
     if let Some((a, span)) = t.string(c, "metrics_address") {
         match a.parse() {

@@ -305,3 +305,21 @@ fn metrics_address_is_an_ip_and_port_and_off_unless_set() {
         );
     }
 }
+
+#[test]
+fn lease_is_a_duration_within_its_bounds() {
+    let base = "[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\n";
+    assert_eq!(ok(base).state.daemon.lease, Duration::from_secs(15));
+    let d = ok(&format!("[daemon]\nlease = \"1m\"\n{base}"))
+        .state
+        .daemon;
+    assert_eq!(d.lease, Duration::from_secs(60));
+    for bad in ["\"1s\"", "\"11m\""] {
+        let e = errors(&format!("[daemon]\nlease = {bad}\n{base}"));
+        assert!(e[0].starts_with("2:9 daemon.lease:"), "{e:?}");
+        assert!(
+            e[0].contains("out of range: must be from 3s to 10m"),
+            "{e:?}"
+        );
+    }
+}

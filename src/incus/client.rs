@@ -5,6 +5,7 @@
 //! `/1.0/metrics` is the one answer that is not JSON: Prometheus text, read by
 //! [`crate::memory::from_metrics`].
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{CreateInstance, Incus, IncusError, Instance, StateChange, Unreachable};
+use super::{CreateInstance, Incus, IncusError, Instance, ProjectConfig, StateChange, Unreachable};
 use crate::model::Memory;
 
 /// Default socket of a Debian Incus install.
@@ -101,6 +102,21 @@ impl UnixClient {
         timeout: Duration,
         what: &str,
     ) -> Result<(StatusCode, Envelope), IncusError> {
+        self.exchange(method, path, body, timeout, what, None)
+            .await
+            .map(|(status, _, env)| (status, env))
+    }
+
+    /// Like [`UnixClient::send`], with an optional `If-Match`, returning the answer's `ETag`.
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+        what: &str,
+        if_match: Option<&str>,
+    ) -> Result<(StatusCode, Option<String>, Envelope), IncusError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(%method, path, "request to Incus");
         let method_name = method.clone();
@@ -111,6 +127,9 @@ impl UnixClient {
         if let Some(b) = body {
             req = req.json(b);
         }
+        if let Some(tag) = if_match {
+            req = req.header(reqwest::header::IF_MATCH, tag);
+        }
         let transport = |e: reqwest::Error| {
             IncusError::Transport(Unreachable::from_error(&self.socket, &e, timeout))
         };
@@ -118,6 +137,11 @@ impl UnixClient {
         self.count(&method_name, path, resp.as_ref().ok().map(|r| r.status()));
         let resp = resp.map_err(transport)?;
         let status = resp.status();
+        let etag = resp
+            .headers()
+            .get(reqwest::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let bytes = resp.bytes().await.map_err(transport)?;
         let env: Envelope = serde_json::from_slice(&bytes).map_err(|e| IncusError::Decode {
             what: what.to_owned(),
@@ -134,7 +158,7 @@ impl UnixClient {
                 },
             });
         }
-        Ok((status, env))
+        Ok((status, etag, env))
     }
 
     async fn get_json<T: DeserializeOwned>(&self, path: &str, what: &str) -> Result<T, IncusError> {
@@ -370,6 +394,52 @@ impl Incus for UnixClient {
             }),
             _ => None,
         })
+    }
+
+    async fn project(&self, project: &str) -> Result<ProjectConfig, IncusError> {
+        let what = format!("reading project {project}");
+        let path = format!("/1.0/projects/{}", enc(project));
+        let (_, etag, env) = self
+            .exchange(Method::GET, &path, None, self.timeout, &what, None)
+            .await?;
+        let decode = |message: String| IncusError::Decode {
+            what: what.clone(),
+            message,
+        };
+        #[derive(Deserialize)]
+        struct Project {
+            #[serde(default)]
+            config: BTreeMap<String, String>,
+            #[serde(default)]
+            description: String,
+        }
+        let p: Project = serde_json::from_value(env.metadata).map_err(|e| decode(e.to_string()))?;
+        Ok(ProjectConfig {
+            config: p.config,
+            description: p.description,
+            etag: etag.ok_or_else(|| decode("no ETag in the answer".into()))?,
+        })
+    }
+
+    async fn put_project(&self, project: &str, new: &ProjectConfig) -> Result<bool, IncusError> {
+        let what = format!("writing project {project}");
+        let path = format!("/1.0/projects/{}", enc(project));
+        let body = serde_json::json!({ "config": new.config, "description": new.description });
+        match self
+            .exchange(
+                Method::PUT,
+                &path,
+                Some(&body),
+                self.timeout,
+                &what,
+                Some(&new.etag),
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(IncusError::Api { status: 412, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     async fn memory_metrics(

@@ -5,7 +5,7 @@
 pub mod client;
 mod unreachable;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -147,6 +147,15 @@ pub enum StateChange {
 
 /// Everything the daemon asks of Incus. Every call has a timeout; every asynchronous operation
 /// is waited for and its outcome read from the body.
+/// A project's config and description as read, with the ETag a compare-and-swap needs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProjectConfig {
+    pub config: BTreeMap<String, String>,
+    pub description: String,
+    /// The `ETag` of the answer: a write with `If-Match` on it fails if another came first.
+    pub etag: String,
+}
+
 #[async_trait]
 pub trait Incus: Send + Sync {
     /// The server's version, to check that Incus answers.
@@ -190,6 +199,12 @@ pub trait Incus: Send + Sync {
     /// the answer from a cache for ~8 s; a concurrent rebuild can answer 423. The reading is
     /// the working set, see [`crate::memory::from_metrics`].
     async fn memory_metrics(&self, project: &str) -> Result<HashMap<String, Memory>, IncusError>;
+    /// A project's config (`GET /1.0/projects/NAME`), with its ETag.
+    async fn project(&self, project: &str) -> Result<ProjectConfig, IncusError>;
+    /// Replaces a project's config and description (`PUT` with `If-Match: etag`). `Ok(false)`
+    /// when another writer changed the project since `etag` was read (HTTP 412): nothing was
+    /// written.
+    async fn put_project(&self, project: &str, new: &ProjectConfig) -> Result<bool, IncusError>;
 }
 
 #[cfg(test)]

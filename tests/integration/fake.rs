@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use incus_hpa::events::{EventSource, EventStream, Lifecycle};
-use incus_hpa::incus::{CreateInstance, Incus, IncusError, Instance, StateChange};
+use incus_hpa::incus::{CreateInstance, Incus, IncusError, Instance, ProjectConfig, StateChange};
 use incus_hpa::memory::MemorySource;
 use incus_hpa::model::{Memory, GROUP_KEY, OWNER_KEY, UUID_KEY};
 
@@ -53,6 +53,8 @@ struct State {
     drain_time: Option<std::time::Duration>,
     /// Followers of the lifecycle events.
     followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
+    /// Project configs, and a version per project for its ETag.
+    projects: BTreeMap<String, (BTreeMap<String, String>, u64)>,
 }
 
 impl State {
@@ -497,6 +499,37 @@ impl Incus for FakeIncus {
                 .filter_map(|(n, i)| Some((n.clone(), i.memory?)))
                 .collect()
         }))
+    }
+
+    async fn project(&self, project: &str) -> Result<ProjectConfig, IncusError> {
+        self.call("project")?;
+        Ok(self.with(|s| {
+            let (config, version) = s.projects.get(project).cloned().unwrap_or_default();
+            ProjectConfig {
+                config,
+                description: String::new(),
+                etag: format!("v{version}"),
+            }
+        }))
+    }
+
+    async fn put_project(&self, project: &str, new: &ProjectConfig) -> Result<bool, IncusError> {
+        self.call("put_project")?;
+        Ok(self.with(|s| {
+            let entry = s.projects.entry(project.to_owned()).or_default();
+            if format!("v{}", entry.1) != new.etag {
+                return false;
+            }
+            *entry = (new.config.clone(), entry.1 + 1);
+            true
+        }))
+    }
+}
+
+impl FakeIncus {
+    /// A config key of a project (the leases live there).
+    pub fn project_key(&self, project: &str, key: &str) -> Option<String> {
+        self.with(|s| s.projects.get(project)?.0.get(key).cloned())
     }
 }
 

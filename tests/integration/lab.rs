@@ -167,6 +167,16 @@ impl Lab {
         }
     }
 
+    /// Another daemon's world on the same group (its own directory, file and log).
+    pub fn beside(&self) -> Self {
+        Self {
+            group: self.group.clone(),
+            extra: Vec::new(),
+            daemon: None,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("daemon.log")
     }
@@ -310,6 +320,9 @@ impl Drop for Lab {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+        // A daemon killed rather than stopped leaves its lease behind.
+        let key = format!("user.incus-hpa.lease.{}", self.group);
+        let _ = incus(&["project", "unset", "default", &key]);
     }
 }
 

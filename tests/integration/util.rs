@@ -11,6 +11,7 @@ use incus_hpa::config;
 use incus_hpa::daemon::{run_loop, Event};
 use incus_hpa::events::follow;
 use incus_hpa::informer::Store;
+use incus_hpa::lease::Leases;
 use incus_hpa::model::{DesiredState, MemorySourceKind};
 use incus_hpa::reconciler::Context;
 use tokio::sync::mpsc::UnboundedSender;
@@ -28,6 +29,8 @@ pub struct Harness {
     pub sources: Arc<std::sync::Mutex<Vec<MemorySourceKind>>>,
     pub events: UnboundedSender<Event>,
     pub task: JoinHandle<DesiredState>,
+    /// The task that renews the leases.
+    pub keeper: JoinHandle<()>,
     pub file: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -35,6 +38,12 @@ pub struct Harness {
 impl Harness {
     /// Starts the loop with `toml` as the desired state and `fake` as Incus.
     pub fn start(toml: &str, fake: Arc<FakeIncus>) -> Self {
+        Self::start_as("test-daemon", toml, fake)
+    }
+
+    /// Like [`Harness::start`], for a daemon whose lease holder id is `me` (several daemons on
+    /// one fake Incus).
+    pub fn start_as(me: &str, toml: &str, fake: Arc<FakeIncus>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("desired-state.toml");
         std::fs::write(&file, toml).unwrap();
@@ -54,7 +63,13 @@ impl Harness {
             }),
             stop,
             telemetry: telemetry.clone(),
+            leases: Arc::new(Leases::with_clock(
+                me.into(),
+                loaded.state.daemon.lease,
+                Arc::new(paused_wall_ms),
+            )),
         };
+        let keeper = tokio::spawn(ctx.leases.clone().keep(fake.clone()));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(follow(
             fake.clone(),
@@ -77,9 +92,16 @@ impl Harness {
             sources,
             events: tx,
             task,
+            keeper,
             file,
             _dir: dir,
         }
+    }
+
+    /// Kills the daemon where it stands, as SIGKILL would: no shutdown, no lease given up.
+    pub fn kill(self) {
+        self.task.abort();
+        self.keeper.abort();
     }
 
     /// Replaces the desired-state file and sends a reload.
@@ -105,8 +127,20 @@ impl Harness {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.events.send(Event::Shutdown).unwrap();
-        self.task.await.unwrap()
+        let state = self.task.await.unwrap();
+        self.keeper.abort();
+        state
     }
+}
+
+/// A wall clock that moves with tokio's paused clock, for leases in paused tests.
+fn paused_wall_ms() -> i64 {
+    static START: std::sync::OnceLock<(tokio::time::Instant, i64)> = std::sync::OnceLock::new();
+    let (t0, w0) =
+        *START.get_or_init(|| (tokio::time::Instant::now(), incus_hpa::lease::wall_ms()));
+    w0 + tokio::time::Instant::now()
+        .saturating_duration_since(t0)
+        .as_millis() as i64
 }
 
 /// Polls `cond` every 100 ms of (paused) time until it holds, or panics after `within`.
@@ -172,6 +206,7 @@ pub fn web_status() -> incus_hpa::control::Status {
             last_action: None,
             next_pass: None,
             last_error: None,
+            standby: None,
         }],
     }
 }

@@ -1,0 +1,119 @@
+//! Two daemons on one group, on the real Incus: the lease lives in the project's config; one
+//! daemon acts and the other stands by; the group never grows past what one daemon would
+//! make; a SIGKILLed holder is replaced by the other, and a SIGSTOPped one that wakes after its
+//! lease ran out does not act until it holds the lease again.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::lab::*;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn toml(lab: &Lab, min: u32, max: u32) -> String {
+    config(&lab.group, min, max, "").replace(
+        "[daemon]",
+        &format!(
+            "[daemon]\nlease = \"3s\"\ncontrol_socket = \"{}\"",
+            lab.dir.path().join("control.sock").display()
+        ),
+    )
+}
+
+fn holder(group: &str) -> String {
+    incus_ok(&[
+        "project",
+        "get",
+        "default",
+        &format!("user.incus-hpa.lease.{group}"),
+    ])
+    .trim()
+    .to_owned()
+}
+
+/// An instance of the group other than `first` (the one whose memory is filled).
+fn other_than(group: &str, first: &str) -> String {
+    managed(group)
+        .into_iter()
+        .find(|(n, _)| n != first)
+        .expect("a second instance")
+        .0
+}
+
+fn signal(lab: &Lab, sig: &str) {
+    let pid = lab.daemon.as_ref().expect("a daemon").id().to_string();
+    assert!(Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_two_daemons_take_turns_and_never_fight() {
+    let mut a = Lab::new("lease");
+    let g = a.group.clone();
+    a.start(&toml(&a, 1, 2));
+    eventually(&a, "1 running", MINUTE, || running(&g) == 1);
+    let pid_a = a.daemon.as_ref().unwrap().id();
+    assert!(holder(&g).contains(&format!(":{pid_a}:")), "{}", holder(&g));
+
+    let mut b = a.beside();
+    b.start(&toml(&b, 1, 2));
+    eventually(&b, "the second daemon stands by", MINUTE, || {
+        b.log_count(&["standby (", "nothing is done here"]) > 0
+    });
+    // Memory over the threshold in one instance: the group goes to its max, once.
+    let first = managed(&g)[0].0.clone();
+    a.exec(&first, FILL);
+    eventually(&a, "2 running", MINUTE, || running(&g) == 2);
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(
+            managed(&g).len() <= 2,
+            "{:?}\n{}\n{}",
+            managed(&g),
+            a.log(),
+            b.log()
+        );
+    }
+    assert_eq!(b.log_count(&["action=\"create\""]), 0, "{}", b.log());
+
+    // SIGKILL the holder, and delete an instance: the other daemon takes over and replaces it.
+    signal(&a, "-KILL");
+    let victim = other_than(&g, &first);
+    incus_ok(&["delete", "--force", &victim]);
+    eventually(&b, "the second daemon replaces it", MINUTE, || {
+        running(&g) == 2 && b.log_count(&["action=\"create\"", "outcome=\"ok\""]) == 1
+    });
+    let pid_b = b.daemon.as_ref().unwrap().id();
+    assert!(holder(&g).contains(&format!(":{pid_b}:")), "{}", holder(&g));
+
+    // SIGSTOP the new holder past its lease: a third daemon takes over; the stopped one, once
+    // resumed, stands by instead of acting on what it saw before.
+    let mut c = a.beside();
+    c.start(&toml(&c, 1, 2));
+    eventually(&c, "the third daemon stands by", MINUTE, || {
+        c.log_count(&["standby ("]) > 0
+    });
+    signal(&b, "-STOP");
+    let pid_c = c.daemon.as_ref().unwrap().id();
+    eventually(&c, "the third daemon holds the lease", MINUTE, || {
+        holder(&g).contains(&format!(":{pid_c}:"))
+    });
+    let removed = other_than(&g, &first);
+    incus_ok(&["delete", "--force", &removed]);
+    signal(&b, "-CONT");
+    eventually(&c, "the group is whole again", MINUTE, || running(&g) == 2);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(managed(&g).len(), 2, "{:?}\n{}", managed(&g), b.log());
+    assert_eq!(
+        b.log_count(&["action=\"create\"", "outcome=\"ok\""]),
+        1,
+        "the resumed daemon acted without the lease\n{}",
+        b.log()
+    );
+    assert_eq!(c.terminate(), Some(0), "{}", c.log());
+    assert_eq!(b.terminate(), Some(0), "{}", b.log());
+}
