@@ -220,8 +220,8 @@ impl Leases {
     }
 
     /// One round for `project`: reads its config once, takes or renews the lease of every
-    /// group in `groups` it may, and writes them in one compare-and-swap. A lost race (412)
-    /// leaves the standings as they were, for the next round.
+    /// group in `groups` it may, and writes them in one compare-and-swap. A race lost three
+    /// times in a row (412) leaves the standings as they were, for the next round.
     pub async fn renew(
         &self,
         incus: &dyn Incus,
@@ -232,42 +232,49 @@ impl Leases {
         if *released {
             return Ok(());
         }
-        let started = Instant::now();
-        let mut current = incus.project(project).await?;
-        let now_ms = (self.wall)();
-        let mut taken = Vec::new();
-        let mut others = BTreeMap::new();
-        for g in groups {
-            let key = format!("{KEY_PREFIX}{g}");
-            let stored = current.config.get(&key).and_then(|v| Record::parse(v));
-            match claim(
-                stored.as_ref(),
-                &self.me,
-                now_ms,
-                self.lease,
-                self.drift(),
-                |h| self.gone(h),
-            ) {
-                Some(r) => {
-                    current.config.insert(key, r.value());
-                    taken.push(g.clone());
-                }
-                None => {
-                    others.insert(g.clone(), stored.map(|r| r.holder).unwrap_or_default());
+        // Another daemon writing the same project (its own groups' leases) between the read
+        // and the write makes the write fail (412): read again, a few times.
+        for _ in 0..3 {
+            let started = Instant::now();
+            let mut current = incus.project(project).await?;
+            let now_ms = (self.wall)();
+            let mut taken = Vec::new();
+            let mut others = BTreeMap::new();
+            for g in groups {
+                let key = format!("{KEY_PREFIX}{g}");
+                let stored = current.config.get(&key).and_then(|v| Record::parse(v));
+                match claim(
+                    stored.as_ref(),
+                    &self.me,
+                    now_ms,
+                    self.lease,
+                    self.drift(),
+                    |h| self.gone(h),
+                ) {
+                    Some(r) => {
+                        current.config.insert(key, r.value());
+                        taken.push(g.clone());
+                    }
+                    None => {
+                        others.insert(g.clone(), stored.map(|r| r.holder).unwrap_or_default());
+                    }
                 }
             }
-        }
-        let written = taken.is_empty() || incus.put_project(project, &current).await?;
-        let mut map = self.standing.lock().unwrap_or_else(|e| e.into_inner());
-        if written {
+            let written = taken.is_empty() || incus.put_project(project, &current).await?;
+            if !written {
+                continue;
+            }
+            let mut map = self.standing.lock().unwrap_or_else(|e| e.into_inner());
             let until = started + self.lease.saturating_sub(self.drift());
             for g in taken {
                 map.insert((project.to_owned(), g), Standing::Held { until });
             }
+            for (g, holder) in others {
+                map.insert((project.to_owned(), g), Standing::Standby { holder });
+            }
+            return Ok(());
         }
-        for (g, holder) in others {
-            map.insert((project.to_owned(), g), Standing::Standby { holder });
-        }
+        // Still losing the race: the standings stay as they were, for the next round.
         Ok(())
     }
 

@@ -55,6 +55,8 @@ struct State {
     followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
     /// Project configs, and a version per project for its ETag.
     projects: BTreeMap<String, (BTreeMap<String, String>, u64)>,
+    /// The next project writes meet another writer first (HTTP 412).
+    put_conflicts: u32,
 }
 
 impl State {
@@ -516,7 +518,14 @@ impl Incus for FakeIncus {
     async fn put_project(&self, project: &str, new: &ProjectConfig) -> Result<bool, IncusError> {
         self.call("put_project")?;
         Ok(self.with(|s| {
+            let raced = s.put_conflicts > 0;
+            s.put_conflicts = s.put_conflicts.saturating_sub(1);
             let entry = s.projects.entry(project.to_owned()).or_default();
+            if raced {
+                // Another daemon's write got in first.
+                entry.1 += 1;
+                return false;
+            }
             if format!("v{}", entry.1) != new.etag {
                 return false;
             }
@@ -527,6 +536,11 @@ impl Incus for FakeIncus {
 }
 
 impl FakeIncus {
+    /// Makes the next `n` project writes lose a race with another writer.
+    pub fn conflict_next_puts(&self, n: u32) {
+        self.with(|s| s.put_conflicts = n);
+    }
+
     /// A config key of a project (the leases live there).
     pub fn project_key(&self, project: &str, key: &str) -> Option<String> {
         self.with(|s| s.projects.get(project)?.0.get(key).cloned())

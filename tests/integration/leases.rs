@@ -86,3 +86,31 @@ async fn a_dead_holder_is_replaced_within_a_lease_and_a_clean_one_at_once() {
     );
     c.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_loses_a_race_reads_again() {
+    use incus_hpa::lease::{Leases, Standing};
+    let fake = Arc::new(FakeIncus::default());
+    let leases = Leases::new("host-a:1:aaaa".into(), Duration::from_secs(15));
+    let groups = ["web".to_owned()];
+    // Two lost races, then the write goes through: held.
+    fake.conflict_next_puts(2);
+    leases
+        .renew(fake.as_ref(), "default", &groups)
+        .await
+        .unwrap();
+    let now = tokio::time::Instant::now();
+    assert!(matches!(
+        leases.standing("default", "web", now),
+        Standing::Held { .. }
+    ));
+    // Three lost races: nothing is known yet, and nothing is acted on.
+    let other = Leases::new("host-b:2:bbbb".into(), Duration::from_secs(15));
+    fake.conflict_next_puts(3);
+    other
+        .renew(fake.as_ref(), "db", &["db".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(other.standing("db", "db", now), Standing::Unknown);
+    assert_eq!(fake.calls("put_project"), 6);
+}
