@@ -4,7 +4,7 @@
 #   but only the one binary is taken: installing the package would also start a Prometheus
 #   server (no systemd here: its init script) and pull in a web UI the tests do not need;
 # - lintian, which checks the .deb, and dpkg-dev, whose dpkg-shlibdeps computes its Depends;
-# - cargo-deb, which builds the .deb (`cargo install --locked`, about 3 minutes the first time).
+# - cargo-deb, which builds the .deb (`cargo install --locked`, about a minute the first time).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -30,5 +30,6 @@ command -v lintian >/dev/null || apt_install lintian
 command -v dpkg-shlibdeps >/dev/null || apt_install dpkg-dev
 
 if ! cargo deb --version >/dev/null 2>&1; then
-    cargo install --locked cargo-deb
+    # The version this project was packaged and checked with (lintian-clean).
+    cargo install --locked cargo-deb --version 3.8.0
 fi
