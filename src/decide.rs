@@ -8,8 +8,9 @@
 //!   period.
 //! - **The desired count**, with `policy = "kubernetes"`, follows the Kubernetes HPA rule:
 //!   `ceil(n × utilization / threshold)` over the n measured healthy instances, where
-//!   utilization is their total usage over their total limits; no change while `1 − tolerance ≤ utilization / threshold ≤ 1 +
-//!   tolerance`; clamped to `[min, max]`; scale-down goes only as low as the highest
+//!   utilization is their total usage over their total limits; no change while
+//!   `1 − tolerance ≤ utilization / threshold ≤ 1 + tolerance`; clamped to `[min, max]`;
+//!   scale-down goes only as low as the highest
 //!   recommendation of its stabilization window, scale-up only as high as the lowest of its own.
 //!   Missing metrics never lead to a scale-down: on the way up they count as 0 %, and if that
 //!   lands within tolerance, the count is kept. Optional step limits cap how much the desired
@@ -48,23 +49,30 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     let capacity = count(&classes, |c| c.is_capacity());
     let healthy = count(&classes, |c| c == Class::Healthy);
 
-    let measured: Vec<Memory> = classes
+    // The measured healthy instances and their readings.
+    let measured: Vec<(&ObservedInstance, Memory)> = classes
         .iter()
         .filter(|(_, c)| *c == Class::Healthy)
-        .filter_map(|(i, _)| i.memory.filter(|m| m.limit > 0))
+        .filter_map(|(i, _)| i.memory.filter(|m| m.limit > 0).map(|m| (*i, m)))
         .collect();
     let missing = capacity as usize - measured.len();
-    let utilization = utilization(&measured);
-    // Σ of per-instance percentages at that utilization: n × U.
-    let sum = utilization.map_or(0.0, |u| u * measured.len() as f64);
+    let utilization = utilization(measured.iter().map(|(_, m)| m));
 
     let base = history.desired().unwrap_or(capacity);
+    let k8s = recommend(spec, base, utilization, measured.len(), missing);
     let (recommendation, reason) = match spec.policy {
-        Policy::Kubernetes => recommend(spec, base, utilization, sum, measured.len(), missing),
-        Policy::Adaptive => {
-            let k8s = recommend(spec, base, utilization, sum, measured.len(), missing);
-            recommend_adaptive(spec, obs, &classes, base, k8s, missing, history, now)
-        }
+        Policy::Kubernetes => k8s,
+        Policy::Adaptive => recommend_adaptive(
+            spec,
+            obs,
+            &measured,
+            utilization,
+            base,
+            k8s,
+            missing,
+            history,
+            now,
+        ),
     };
     let (desired, reason, step_limited) = match reason {
         // Bounds are restored at once; only metric-driven changes are stabilized and stepped.
@@ -116,14 +124,15 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     }
 }
 
-/// The `adaptive` recommendation. Bounds, no metrics and a missing metric on the way down
-/// (`k8s`, the Kubernetes rule's verdict) decide as they always do, and a missing metric never
-/// lets it scale down either.
+/// The `adaptive` recommendation for the `measured` instances at `utilization`. Bounds, no
+/// metrics and a missing metric on the way down (`k8s`, the Kubernetes rule's verdict) decide
+/// as they always do, and a missing metric never lets it scale down either.
 #[allow(clippy::too_many_arguments)]
 fn recommend_adaptive(
     spec: &GroupSpec,
     obs: &Observation,
-    classes: &[(&ObservedInstance, Class)],
+    measured: &[(&ObservedInstance, Memory)],
+    utilization: Option<f64>,
     base: u32,
     k8s: (u32, Reason),
     missing: usize,
@@ -135,25 +144,30 @@ fn recommend_adaptive(
             .iter()
             .map(|i| (i.name.as_str(), i.memory.and_then(|m| m.oom_kills))),
     );
+    let Some(utilization) = utilization else {
+        return k8s;
+    };
     if let (_, Reason::BelowMin | Reason::AboveMax | Reason::NoMetrics | Reason::MetricsMissing) =
         k8s
     {
         return k8s;
     }
-    let readings: Vec<adaptive::Reading> = classes
+    let readings: Vec<adaptive::Reading> = measured
         .iter()
-        .filter(|(_, c)| *c == Class::Healthy)
-        .filter_map(|(i, _)| {
-            i.memory
-                .filter(|m| m.limit > 0)
-                .map(|memory| adaptive::Reading {
-                    memory,
-                    since_start: i.since_start,
-                    oom_killed: killed.contains(&i.name.as_str()),
-                })
+        .map(|(i, memory)| adaptive::Reading {
+            memory: *memory,
+            since_start: i.since_start,
+            oom_killed: killed.contains(&i.name.as_str()),
         })
         .collect();
-    let (r, why) = adaptive::recommend(spec, base, &readings, &mut history.estimates, now);
+    let (r, why) = adaptive::recommend(
+        spec,
+        base,
+        &readings,
+        utilization,
+        &mut history.estimates,
+        now,
+    );
     if missing > 0 && r < base {
         (base, Reason::MetricsMissing)
     } else {
@@ -164,12 +178,13 @@ fn recommend_adaptive(
 /// Total usage over total limits, percent, as Kubernetes computes utilization: instances with
 /// bigger limits weigh more (the mean of per-instance percentages would not, and the two differ
 /// as soon as limits differ). A reading above its limit counts at the limit.
-fn utilization(measured: &[Memory]) -> Option<f64> {
-    let used: u128 = measured
-        .iter()
-        .map(|m| u128::from(m.usage.min(m.limit)))
-        .sum();
-    let limits: u128 = measured.iter().map(|m| u128::from(m.limit)).sum();
+fn utilization<'a>(measured: impl Iterator<Item = &'a Memory>) -> Option<f64> {
+    let (used, limits) = measured.fold((0u128, 0u128), |(u, l), m| {
+        (
+            u + u128::from(m.usage.min(m.limit)),
+            l + u128::from(m.limit),
+        )
+    });
     (limits > 0).then(|| used as f64 * 100.0 / limits as f64)
 }
 
@@ -218,7 +233,6 @@ fn recommend(
     spec: &GroupSpec,
     base: u32,
     utilization: Option<f64>,
-    sum: f64,
     measured: usize,
     missing: usize,
 ) -> (u32, Reason) {
@@ -232,6 +246,8 @@ fn recommend(
         return (base, Reason::NoMetrics);
     };
     let ratio = utilization / spec.memory_threshold;
+    // Σ of per-instance percentages at that utilization.
+    let sum = utilization * measured as f64;
     // The band as Kubernetes tests it: `|ratio − 1| <= tolerance` would be false at exactly
     // +10 % through rounding (55/50 − 1 is 0.10000000000000009).
     if 1.0 - spec.tolerance <= ratio && ratio <= 1.0 + spec.tolerance {

@@ -81,6 +81,27 @@ impl<'t, 'i> Fields<'t, 'i> {
         }
     }
 
+    /// A string that must name one of `choices`; anything else is reported with the names,
+    /// in their order.
+    pub fn choice<T: Copy>(
+        &mut self,
+        c: &mut Collector,
+        key: &str,
+        choices: &[(&str, T)],
+    ) -> Option<T> {
+        let (s, span) = self.string(c, key)?;
+        let found = choices.iter().find(|(name, _)| *name == s).map(|(_, v)| *v);
+        if found.is_none() {
+            let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
+            c.error(
+                Some(span),
+                &self.key(key),
+                format!("{s:?} is not one of {}", names.join(", ")),
+            );
+        }
+        found
+    }
+
     pub fn boolean(&mut self, c: &mut Collector, key: &str) -> Option<At<bool>> {
         let v = self.get(key)?;
         match v.get_ref() {

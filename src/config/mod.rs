@@ -245,20 +245,16 @@ fn daemon(c: &mut Collector, mut t: Fields) -> DaemonSpec {
             );
         }
     }
-    if let Some((s, span)) = t.string(c, "memory_source") {
-        d.memory_source = match s.as_str() {
-            "auto" => MemorySourceKind::Auto,
-            "cgroup" => MemorySourceKind::Cgroup,
-            "api" => MemorySourceKind::Api,
-            _ => {
-                c.error(
-                    Some(span),
-                    &t.key("memory_source"),
-                    format!("{s:?} is not one of \"auto\", \"cgroup\", \"api\""),
-                );
-                d.memory_source
-            }
-        };
+    if let Some(kind) = t.choice(
+        c,
+        "memory_source",
+        &[
+            ("auto", MemorySourceKind::Auto),
+            ("cgroup", MemorySourceKind::Cgroup),
+            ("api", MemorySourceKind::Api),
+        ],
+    ) {
+        d.memory_source = kind;
     }
     t.finish(c, DAEMON_KEYS);
     d
@@ -318,35 +314,27 @@ fn group(
     );
     let allow_privileged = t.boolean(c, "allow_privileged").is_some_and(|(b, _)| b);
     let paused = t.boolean(c, "paused").is_some_and(|(b, _)| b);
-    let scale_down_order =
-        t.string(c, "scale_down_order")
-            .map_or_else(ScaleDownOrder::default, |(s, span)| match s.as_str() {
-                "newest" => ScaleDownOrder::Newest,
-                "oldest" => ScaleDownOrder::Oldest,
-                "least-memory" => ScaleDownOrder::LeastMemory,
-                _ => {
-                    c.error(
-                        Some(span),
-                        &t.key("scale_down_order"),
-                        format!("{s:?} is not one of \"newest\", \"oldest\", \"least-memory\""),
-                    );
-                    ScaleDownOrder::default()
-                }
-            });
+    let scale_down_order = t
+        .choice(
+            c,
+            "scale_down_order",
+            &[
+                ("newest", ScaleDownOrder::Newest),
+                ("oldest", ScaleDownOrder::Oldest),
+                ("least-memory", ScaleDownOrder::LeastMemory),
+            ],
+        )
+        .unwrap_or_default();
     let policy = t
-        .string(c, "policy")
-        .map_or_else(Policy::default, |(s, span)| match s.as_str() {
-            "kubernetes" => Policy::Kubernetes,
-            "adaptive" => Policy::Adaptive,
-            _ => {
-                c.error(
-                    Some(span),
-                    &t.key("policy"),
-                    format!("{s:?} is not one of \"adaptive\", \"kubernetes\""),
-                );
-                Policy::default()
-            }
-        });
+        .choice(
+            c,
+            "policy",
+            &[
+                ("adaptive", Policy::Adaptive),
+                ("kubernetes", Policy::Kubernetes),
+            ],
+        )
+        .unwrap_or_default();
     let drain_command = t
         .strings(c, "drain_command")
         .map_or_else(Vec::new, |(v, span)| {

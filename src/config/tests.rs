@@ -323,3 +323,22 @@ fn lease_is_a_duration_within_its_bounds() {
         );
     }
 }
+
+#[test]
+fn a_choice_outside_its_names_lists_them() {
+    let base = "[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\n";
+    assert_eq!(
+        errors(&format!("[daemon]\nmemory_source = \"x\"\n{base}")),
+        ["2:17 daemon.memory_source: \"x\" is not one of \"auto\", \"cgroup\", \"api\""]
+    );
+    assert_eq!(
+        errors(&format!(
+            "{base}scale_down_order = \"x\"\npolicy = \"hpa\"\n"
+        )),
+        [
+            "5:20 groups.web.scale_down_order: \"x\" is not one of \"newest\", \"oldest\", \
+             \"least-memory\"",
+            "6:10 groups.web.policy: \"hpa\" is not one of \"adaptive\", \"kubernetes\"",
+        ]
+    );
+}

@@ -180,12 +180,14 @@ pub struct Reading {
     pub oom_killed: bool,
 }
 
-/// The recommendation for `readings` (the measured healthy instances) when the group's desired
-/// count is `base_count`, and why. Learns the base and the trend into `est`.
+/// The recommendation for `readings` (the measured healthy instances, at `utilization`: their
+/// total usage over their total limits, percent) when the group's desired count is
+/// `base_count`, and why. Learns the base and the trend into `est`.
 pub fn recommend(
     spec: &GroupSpec,
     base_count: u32,
     readings: &[Reading],
+    utilization: f64,
     est: &mut Estimates,
     now: Instant,
 ) -> (u32, Reason) {
@@ -218,7 +220,7 @@ pub fn recommend(
     let needed = if per_instance > 0.0 {
         (predicted / per_instance - 1e-9).ceil().max(0.0)
     } else {
-        (n * readings_percent(readings) / spec.memory_threshold - 1e-9).ceil()
+        (n * utilization / spec.memory_threshold - 1e-9).ceil()
     };
     let mut needed = needed.min(f64::from(u32::MAX)) as u32;
     // An OOM kill says the same as a reading at the limit, even when the kill freed memory.
@@ -237,18 +239,4 @@ pub fn recommend(
         std::cmp::Ordering::Equal => Reason::WithinTolerance,
     };
     (needed, reason)
-}
-
-/// Total usage over total limits, percent.
-fn readings_percent(readings: &[Reading]) -> f64 {
-    let used: f64 = readings
-        .iter()
-        .map(|r| r.memory.usage.min(r.memory.limit) as f64)
-        .sum();
-    let limits: f64 = readings.iter().map(|r| r.memory.limit as f64).sum();
-    if limits > 0.0 {
-        used * 100.0 / limits
-    } else {
-        0.0
-    }
 }

@@ -96,13 +96,18 @@ pub struct Run {
     pub timeline: Vec<Second>,
 }
 
+/// One simulated instance: the `seq`-th created, at second `created`, ready from `ready_at`.
 #[derive(Debug, Clone)]
 struct SimInstance {
-    name: String,
-    /// Creation order: the newest has the highest.
     seq: u64,
     created: u64,
     ready_at: u64,
+}
+
+impl SimInstance {
+    fn name(&self) -> String {
+        format!("sim-{}", self.seq)
+    }
 }
 
 /// The spec a policy decides with: the group's own, or Kubernetes' defaults on its bounds.
@@ -144,7 +149,6 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
         .map(|_| {
             created += 1;
             SimInstance {
-                name: format!("sim-{created}"),
                 seq: created,
                 created: 0,
                 ready_at: 0,
@@ -186,7 +190,6 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                     while (instances.len() as u32) < target {
                         created += 1;
                         instances.push(SimInstance {
-                            name: format!("sim-{created}"),
                             seq: created,
                             created: t,
                             ready_at: t + warmup,
@@ -199,7 +202,7 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                         instances: instances
                             .iter()
                             .map(|i| ObservedInstance {
-                                name: i.name.clone(),
+                                name: i.name(),
                                 status: InstanceStatus::Running,
                                 created_at: i.created as i64 * 1_000_000_000 + i.seq as i64,
                                 since_start: Some(Duration::from_secs(t - i.created)),
@@ -220,16 +223,15 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                         match action {
                             Action::Create { .. } => {
                                 created += 1;
-                                let name = format!("sim-{created}");
-                                history.created(&name);
-                                instances.push(SimInstance {
-                                    name,
+                                let new = SimInstance {
                                     seq: created,
                                     created: t,
                                     ready_at: t + warmup,
-                                });
+                                };
+                                history.created(&new.name());
+                                instances.push(new);
                             }
-                            Action::Remove { name, .. } => instances.retain(|i| i.name != name),
+                            Action::Remove { name, .. } => instances.retain(|i| i.name() != name),
                             Action::Promote { .. } | Action::Start { .. } | Action::CreateWarm => {}
                         }
                     }
