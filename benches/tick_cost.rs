@@ -62,6 +62,7 @@ async fn main() {
     let incus: std::sync::Arc<dyn Incus> = client.clone();
     let socket = std::env::var("INCUS_SOCKET")
         .unwrap_or_else(|_| incus_hpa::incus::client::DEFAULT_SOCKET.into());
+    incus_hpa::incus::tls::provider();
     let http = reqwest::Client::builder()
         .unix_socket(socket.as_str())
         .build()

@@ -14,11 +14,13 @@ use tokio::time::Instant;
 use crate::config::{self, check_permissions, Loaded};
 use crate::daemon::{self, Event};
 use crate::decide::{decide, History};
-use crate::events::UnixEvents;
-use crate::incus::client::UnixClient;
-use crate::incus::Incus;
+use crate::events::IncusEvents;
+use crate::incus::client::{Client, DEFAULT_SOCKET};
+use crate::incus::tls::Tls;
+use crate::incus::{Endpoint, Incus};
 use crate::informer::Store;
 use crate::memory;
+use crate::model::{DaemonSpec, MemorySourceKind};
 use crate::observe::observe;
 use crate::reconciler::Context;
 use crate::report::fmt_util;
@@ -26,6 +28,7 @@ use crate::systemd;
 
 /// `incus-hpa status`: asks the running daemon on its control socket; exit 1 when none answers.
 pub async fn status(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    crate::incus::tls::provider();
     let client = reqwest::Client::builder().unix_socket(socket).build()?;
     let answer = client.get("http://incus-hpa/status").send().await;
     let body = match answer {
@@ -107,20 +110,44 @@ fn own_uid() -> u32 {
     std::fs::metadata("/proc/self").map_or(0, |m| m.uid())
 }
 
-fn socket_str(socket: &Path) -> anyhow::Result<String> {
-    Ok(socket
-        .to_str()
-        .context("the Incus socket path is not UTF-8")?
-        .to_owned())
+/// Where Incus is and how to reach it: `--incus-socket` (or `INCUS_SOCKET`) when given, else
+/// `[daemon] incus`, else the default socket; over HTTPS, with the TLS files loaded.
+struct Reach {
+    endpoint: Endpoint,
+    tls: Option<Tls>,
 }
 
-fn context(socket: &str, lease: std::time::Duration) -> anyhow::Result<Context> {
+impl Reach {
+    fn new(cli_socket: Option<&Path>, daemon: &DaemonSpec) -> anyhow::Result<Self> {
+        let endpoint = match (cli_socket, &daemon.incus) {
+            (Some(socket), _) => Endpoint::Unix(socket.to_path_buf()),
+            (None, Some(e)) => e.clone(),
+            (None, None) => Endpoint::Unix(DEFAULT_SOCKET.into()),
+        };
+        let tls = match (&endpoint, &daemon.tls) {
+            (Endpoint::Https { .. }, Some(files)) => Some(Tls::load(files)?),
+            _ => None,
+        };
+        Ok(Self { endpoint, tls })
+    }
+}
+
+fn context(reach: &Reach, lease: std::time::Duration) -> anyhow::Result<Context> {
     let telemetry = Arc::new(crate::control::Telemetry::default());
-    let client = UnixClient::new(socket)?.counting(telemetry.requests.clone());
+    let client =
+        Client::connect(&reach.endpoint, reach.tls.clone())?.counting(telemetry.requests.clone());
     let incus: Arc<dyn Incus> = Arc::new(client);
     let for_memory = incus.clone();
+    // Over HTTPS the instances are elsewhere (or on other cluster members): no local cgroups.
+    let remote = reach.endpoint.is_https();
     Ok(Context {
-        memory: Arc::new(move |kind| memory::source(kind, for_memory.clone())),
+        memory: Arc::new(move |kind| {
+            let kind = match kind {
+                MemorySourceKind::Auto if remote => MemorySourceKind::Api,
+                k => k,
+            };
+            memory::source(kind, for_memory.clone())
+        }),
         incus,
         store: Arc::new(Store::default()),
         stop: Arc::new(AtomicBool::new(false)),
@@ -137,7 +164,7 @@ fn context(socket: &str, lease: std::time::Duration) -> anyhow::Result<Context> 
 pub const EXIT_CONFIG: u8 = 78;
 
 /// `incus-hpa run`: the daemon.
-pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
+pub async fn run(socket: Option<&Path>, path: &Path) -> anyhow::Result<ExitCode> {
     let loaded = match load_strict(path) {
         Ok(l) => l,
         Err(e) => {
@@ -147,8 +174,16 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
         }
     };
     daemon::log_diagnostics(&loaded.warnings);
-    let socket = socket_str(socket)?;
-    let ctx = context(&socket, loaded.state.daemon.lease)?;
+    let reach = match Reach::new(socket, &loaded.state.daemon) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("{e:#}: not starting");
+            eprintln!("incus-hpa: {e:#}: not starting");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    let ctx = context(&reach, loaded.state.daemon.lease)?;
+    tracing::info!(incus = %reach.endpoint, "talking to Incus at {}", reach.endpoint);
 
     let (tx, mut events) = mpsc::unbounded_channel();
     let mut term = signal(SignalKind::terminate())?;
@@ -181,7 +216,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
     // Lifecycle events keep the cache of instances up to date, and wake the groups an instance
     // that stops or vanishes belongs to before their next interval.
     tokio::spawn(crate::events::follow(
-        Arc::new(UnixEvents::new(&socket)),
+        Arc::new(IncusEvents::at(reach.endpoint.clone(), reach.tls.clone())),
         ctx.incus.clone(),
         ctx.store.clone(),
         tx.clone(),
@@ -227,7 +262,7 @@ pub async fn run(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// `incus-hpa plan`: observe and decide once per group, act on nothing.
-pub async fn plan(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
+pub async fn plan(socket: Option<&Path>, path: &Path) -> anyhow::Result<ExitCode> {
     let loaded = match config::load(path) {
         Ok(l) => l,
         Err(e) => {
@@ -237,7 +272,14 @@ pub async fn plan(socket: &Path, path: &Path) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let ctx = context(&socket_str(socket)?, loaded.state.daemon.lease)?;
+    let ctx = context(
+        &Reach::new(socket, &loaded.state.daemon)?,
+        loaded.state.daemon.lease,
+    )?;
+    if let Err(e) = ctx.incus.server_version().await {
+        eprintln!("incus-hpa: {e}");
+        return Ok(ExitCode::from(1));
+    }
     let memory = (ctx.memory)(loaded.state.daemon.memory_source);
     let now = Instant::now();
     let resync = loaded.state.daemon.resync;

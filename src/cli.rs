@@ -5,16 +5,16 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::config::DEFAULT_PATH;
-use crate::incus::client::DEFAULT_SOCKET;
 
 /// Horizontal autoscaler for Incus containers: keeps each group of instances between min and
 /// max, adding instances when their average memory use is above the group's threshold.
 #[derive(Debug, Parser)]
 #[command(name = "incus-hpa", version, about, propagate_version = true)]
 pub struct Cli {
-    /// The Incus unix socket.
-    #[arg(long, global = true, env = "INCUS_SOCKET", default_value = DEFAULT_SOCKET)]
-    pub incus_socket: PathBuf,
+    /// The Incus unix socket [default: `[daemon] incus` in the desired-state file, else
+    /// /var/lib/incus/unix.socket]. Given, it wins over the file.
+    #[arg(long, global = true, env = "INCUS_SOCKET", value_name = "PATH")]
+    pub incus_socket: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Command,

@@ -183,12 +183,13 @@ pub async fn run_loop(
                 Ok(loaded) => {
                     log_diagnostics(&loaded.warnings);
                     let (was, now) = (&state.daemon, &loaded.state.daemon);
-                    if (&was.control_socket, was.metrics_address)
-                        != (&now.control_socket, now.metrics_address)
+                    if (&was.control_socket, was.metrics_address, was.lease)
+                        != (&now.control_socket, now.metrics_address, now.lease)
+                        || (&was.incus, &was.tls) != (&now.incus, &now.tls)
                     {
                         tracing::warn!(
-                            "[daemon] control_socket and metrics_address are read at start: \
-                             the change takes effect at the next restart"
+                            "[daemon] control_socket, metrics_address, lease, incus and the tls_* \
+                             files are read at start: the change takes effect at the next restart"
                         );
                     }
                     if loaded.state != state {

@@ -15,12 +15,13 @@ use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use serde::Deserialize;
-use tokio::net::UnixStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::daemon::{Event, WAIT_MAX};
-use crate::incus::{Incus, Unreachable};
+use crate::incus::tls::Tls;
+use crate::incus::{Endpoint, Incus, Unreachable};
 pub use crate::informer::Lifecycle;
 use crate::informer::Store;
 use crate::reconciler::backoff;
@@ -108,40 +109,87 @@ pub trait EventSource: Send + Sync {
     async fn connect(&self) -> Result<EventStream, String>;
 }
 
-/// `/1.0/events` over the Incus unix socket, as a websocket.
-pub struct UnixEvents {
-    socket: String,
+/// What `/1.0/events` is asked for.
+const EVENTS_PATH: &str = "/1.0/events?type=lifecycle&all-projects=true";
+
+/// `/1.0/events` as a websocket, over the Incus unix socket or over HTTPS (wss, with the
+/// client certificate). A cluster member forwards the events of every member.
+pub struct IncusEvents {
+    endpoint: Endpoint,
+    tls: Option<Tls>,
 }
 
-impl UnixEvents {
+/// The event source of the unix socket (the same type).
+pub type UnixEvents = IncusEvents;
+
+impl IncusEvents {
+    /// Events from the unix socket at `socket`.
     pub fn new(socket: &str) -> Self {
-        Self {
-            socket: socket.to_owned(),
-        }
+        Self::at(Endpoint::Unix(socket.into()), None)
+    }
+
+    /// Events from `endpoint`, with `tls` over HTTPS.
+    pub fn at(endpoint: Endpoint, tls: Option<Tls>) -> Self {
+        Self { endpoint, tls }
     }
 }
 
 #[async_trait]
-impl EventSource for UnixEvents {
+impl EventSource for IncusEvents {
     async fn connect(&self) -> Result<EventStream, String> {
-        let unix = UnixStream::connect(&self.socket)
-            .await
-            .map_err(|e| Unreachable::from_io(&self.socket, &e).to_string())?;
-        let url = "ws://incus/1.0/events?type=lifecycle&all-projects=true";
-        let (ws, _) = tokio_tungstenite::client_async(url, unix)
-            .await
-            .map_err(|e| e.to_string())?;
-        // Reading continuously also answers the server's pings (tungstenite queues the pongs).
-        let events = ws
-            .map(|msg| match msg {
-                Ok(Message::Text(text)) => parse(text.as_str()).map(Ok),
-                Ok(Message::Close(_)) => Some(Err("closed by Incus".to_owned())),
-                Ok(_) => None,
-                Err(e) => Some(Err(e.to_string())),
-            })
-            .filter_map(std::future::ready);
-        Ok(events.boxed())
+        let place = self.endpoint.to_string();
+        match (&self.endpoint, &self.tls) {
+            (Endpoint::Unix(socket), _) => {
+                let unix = UnixStream::connect(socket)
+                    .await
+                    .map_err(|e| Unreachable::from_io(&place, &e).to_string())?;
+                let url = format!("ws://incus{EVENTS_PATH}");
+                let (ws, _) = tokio_tungstenite::client_async(url, unix)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(lifecycle(ws))
+            }
+            (Endpoint::Https { host, .. }, Some(tls)) => {
+                let authority = self.endpoint.authority().unwrap_or_default();
+                let tcp = TcpStream::connect(&authority)
+                    .await
+                    .map_err(|e| Unreachable::from_io(&place, &e).to_string())?;
+                let name = rustls::pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| format!("{host}: {e}"))?;
+                let stream = tokio_rustls::TlsConnector::from(tls.config.clone())
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| {
+                        Unreachable::from_error(&place, &e, std::time::Duration::ZERO).to_string()
+                    })?;
+                let url = format!("wss://{authority}{EVENTS_PATH}");
+                let (ws, _) = tokio_tungstenite::client_async(url, stream)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(lifecycle(ws))
+            }
+            (Endpoint::Https { .. }, None) => {
+                Err(format!("{place}: HTTPS needs a client certificate"))
+            }
+        }
     }
+}
+
+/// The lifecycle events of an open websocket.
+fn lifecycle<S>(ws: tokio_tungstenite::WebSocketStream<S>) -> EventStream
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    // Reading continuously also answers the server's pings (tungstenite queues the pongs).
+    let events = ws
+        .map(|msg| match msg {
+            Ok(Message::Text(text)) => parse(text.as_str()).map(Ok),
+            Ok(Message::Close(_)) => Some(Err("closed by Incus".to_owned())),
+            Ok(_) => None,
+            Err(e) => Some(Err(e.to_string())),
+        })
+        .filter_map(std::future::ready);
+    events.boxed()
 }
 
 /// Follows the event source forever, reconnecting with backoff (at most [`WAIT_MAX`] apart),
@@ -205,6 +253,8 @@ async fn stream(
         if events.is_closed() {
             return Ok(());
         }
+        tracing::debug!(action = %ev.action, instance = %ev.name, project = %ev.project,
+            "Incus event {} {}", ev.action, ev.name);
         // The stream is never left unread while an instance is read: each event is taken in
         // (and its groups woken, once the cache has it) by a task of its own. Tickets keep the
         // newest read.

@@ -17,9 +17,9 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run { config } => block_on(app::run(&cli.incus_socket, config)),
+        Command::Run { config } => block_on(app::run(cli.incus_socket.as_deref(), config)),
         Command::Simulate(args) => incus_hpa::simulate::command::run(args),
-        Command::Plan { config } => block_on(app::plan(&cli.incus_socket, config)),
+        Command::Plan { config } => block_on(app::plan(cli.incus_socket.as_deref(), config)),
         Command::Status {
             json,
             control_socket,

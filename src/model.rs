@@ -110,6 +110,10 @@ pub struct DaemonSpec {
     pub metrics_address: Option<std::net::SocketAddr>,
     /// How long a group's leader lease lasts (see `crate::lease`; read at start).
     pub lease: Duration,
+    /// Where Incus is (`[daemon] incus`; read at start). `None`: the command line's socket.
+    pub incus: Option<crate::incus::Endpoint>,
+    /// The TLS files, when `incus` is an HTTPS address.
+    pub tls: Option<crate::incus::tls::TlsFiles>,
 }
 
 impl Default for DaemonSpec {
@@ -122,6 +126,8 @@ impl Default for DaemonSpec {
             control_socket: crate::control::DEFAULT_SOCKET.into(),
             metrics_address: None,
             lease: Duration::from_secs(15),
+            incus: None,
+            tls: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod diag;
 mod fields;
+mod remote;
 mod safe_open;
 mod security;
 
@@ -51,14 +52,14 @@ pub struct Loaded {
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| unreadable(path, format!("cannot read the file: {e}")))?;
-    parse(path, &text)
+    parse_with(path, &text, true)
 }
 
 /// Reads a desired-state file through [`open_checked`] (refusing it unless only root and
 /// `allowed_uid` can have written it, with one error saying why) and parses it.
 pub fn load_checked(path: &Path, allowed_uid: u32) -> Result<Loaded, ConfigError> {
     let text = open_checked(path, allowed_uid).map_err(|message| unreadable(path, message))?;
-    parse(path, &text)
+    parse_with(path, &text, true)
 }
 
 /// A file that could not be read: one error with no place in it.
@@ -85,6 +86,10 @@ const DAEMON_KEYS: &[&str] = &[
     "control_socket",
     "metrics_address",
     "lease",
+    "incus",
+    "tls_client_cert",
+    "tls_client_key",
+    "tls_server_cert",
 ];
 
 /// The longest `drain_timeout` accepted.
@@ -126,8 +131,14 @@ pub const GROUP_KEYS: &[&str] = &[
     "allow_privileged",
 ];
 
-/// Parses desired-state text; `file` is only used to name places in messages.
+/// Parses desired-state text; `file` is only used to name places in messages, and the files
+/// it names (the TLS certificates) are not looked at.
 pub fn parse(file: &Path, text: &str) -> Result<Loaded, ConfigError> {
+    parse_with(file, text, false)
+}
+
+/// Parses desired-state text, checking the files it names when `check_files`.
+fn parse_with(file: &Path, text: &str, check_files: bool) -> Result<Loaded, ConfigError> {
     let mut c = Collector::new(file, text);
     let (doc, errors) = DeTable::parse_recoverable(text);
     for e in errors {
@@ -143,7 +154,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Loaded, ConfigError> {
         let span = doc.span();
         let mut top = Fields::new(doc.get_ref(), "", span);
         let daemon = match top.table(&mut c, "daemon") {
-            Some(t) => daemon(&mut c, t),
+            Some(t) => daemon(&mut c, t, check_files),
             None => DaemonSpec::default(),
         };
         let mut groups = BTreeMap::new();
@@ -196,8 +207,9 @@ pub fn parse(file: &Path, text: &str) -> Result<Loaded, ConfigError> {
     }
 }
 
-fn daemon(c: &mut Collector, mut t: Fields) -> DaemonSpec {
+fn daemon(c: &mut Collector, mut t: Fields, check_files: bool) -> DaemonSpec {
     let mut d = DaemonSpec::default();
+    remote::read(c, &mut t, &mut d, check_files);
     if let Some(interval) =
         t.duration_within(c, "interval", Duration::from_millis(100), DURATION_MAX)
     {

@@ -342,3 +342,75 @@ fn a_choice_outside_its_names_lists_them() {
         ]
     );
 }
+
+#[test]
+fn incus_is_a_socket_or_https_with_a_client_certificate() {
+    let base = "[groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\n";
+    assert_eq!(ok(base).state.daemon.incus, None);
+    let d = ok(&format!(
+        "[daemon]\nincus = \"https://10.0.0.1\"\ntls_client_cert = \"/c.crt\"\n\
+         tls_client_key = \"/c.key\"\n{base}"
+    ))
+    .state
+    .daemon;
+    assert_eq!(d.incus.unwrap().to_string(), "https://10.0.0.1:8443");
+    let tls = d.tls.unwrap();
+    assert_eq!(
+        (tls.client_cert.to_str(), tls.server_cert),
+        (Some("/c.crt"), None)
+    );
+    // HTTPS without a certificate, a relative path, plain HTTP.
+    let e = errors(&format!("[daemon]\nincus = \"https://h\"\n{base}"));
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].starts_with("2:9 daemon.incus: HTTPS needs a client certificate"),
+        "{e:?}"
+    );
+    let e = errors(&format!(
+        "[daemon]\nincus = \"https://h\"\ntls_client_cert = \"c.crt\"\ntls_client_key = \"/k\"\n{base}"
+    ));
+    assert!(
+        e.contains(&"3:19 daemon.tls_client_cert: \"c.crt\" is not an absolute path".to_owned()),
+        "{e:?}"
+    );
+    let e = errors(&format!("[daemon]\nincus = \"http://h:8443\"\n{base}"));
+    assert!(e[0].contains("HTTPS only"), "{e:?}");
+    // TLS files with the socket: ignored, with a warning at the key.
+    let l = ok(&format!(
+        "[daemon]\nincus = \"unix:///s\"\ntls_client_key = \"/k\"\n{base}"
+    ));
+    assert!(
+        l.warnings
+            .iter()
+            .any(|w| w.key == "daemon.tls_client_key" && w.line == 3),
+        "{:?}",
+        l.warnings
+    );
+}
+
+#[test]
+fn a_loaded_file_refuses_a_private_key_others_can_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("c.crt"), dir.path().join("c.key"));
+    std::fs::write(&cert, "x").unwrap();
+    std::fs::write(&key, "x").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let file = dir.path().join("d.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[daemon]\nincus = \"https://h\"\ntls_client_cert = \"{}\"\ntls_client_key = \"{}\"\n\
+             [groups.web]\nmax = 3\nmemory_threshold = 50\nimage = \"b\"\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let e = load(&file).expect_err("a 0644 key");
+    let d = &e.diagnostics[0];
+    assert_eq!((d.line, d.key.as_str()), (4, "daemon.tls_client_key"));
+    assert!(d.message.contains("mode 0644"), "{}", d.message);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    load(&file).unwrap();
+}

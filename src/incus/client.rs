@@ -1,4 +1,5 @@
-//! The Incus REST client over the local unix socket (reqwest's unix-socket connector).
+//! The Incus REST client, over the local unix socket (reqwest's unix-socket connector) or over
+//! HTTPS with a client certificate (rustls, see [`super::tls`]).
 //!
 //! Every request has a timeout. Asynchronous answers are followed to their operation, which is
 //! waited for with `/wait`, whose body (not its HTTP status, always 200) says how it ended.
@@ -15,7 +16,10 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{CreateInstance, Incus, IncusError, Instance, ProjectConfig, StateChange, Unreachable};
+use super::tls::Tls;
+use super::{
+    CreateInstance, Endpoint, Incus, IncusError, Instance, ProjectConfig, StateChange, Unreachable,
+};
 use crate::model::Memory;
 
 /// Default socket of a Debian Incus install.
@@ -30,13 +34,18 @@ pub const TIMEOUT_ENV: &str = "INCUS_HPA_REQUEST_TIMEOUT";
 /// Longest an operation (create+start, stop, delete) is waited for.
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// A client for one incusd reached through its unix socket.
-pub struct UnixClient {
+/// A client for one incusd (or cluster member), reached through its unix socket or HTTPS.
+pub struct Client {
     http: reqwest::Client,
+    /// Where requests go: `http://incus` on the socket, `https://HOST:PORT` otherwise.
+    base: String,
+    /// Where Incus is, for messages: the socket's path or the HTTPS address.
     socket: String,
+    /// The TLS set-up over HTTPS, for the "untrusted" message.
+    tls: Option<Tls>,
     timeout: Duration,
     requests: AtomicU64,
-    /// Requests by endpoint and status class, for `/metrics` (see [`UnixClient::counting`]).
+    /// Requests by endpoint and status class, for `/metrics` (see [`Client::counting`]).
     counted: Option<crate::control::Requests>,
 }
 
@@ -53,14 +62,23 @@ struct Envelope {
     metadata: Value,
 }
 
-impl UnixClient {
+/// The client of the unix socket (the same type).
+pub type UnixClient = Client;
+
+/// The request timeout: [`REQUEST_TIMEOUT`] unless [`TIMEOUT_ENV`] says otherwise.
+fn request_timeout() -> Duration {
+    std::env::var(TIMEOUT_ENV)
+        .ok()
+        .and_then(|t| humantime::parse_duration(&t).ok())
+        .filter(|t| !t.is_zero())
+        .unwrap_or(REQUEST_TIMEOUT)
+}
+
+impl Client {
     /// A client for the socket at `socket` (not contacted until the first call).
     pub fn new(socket: &str) -> Result<Self, IncusError> {
-        let timeout = std::env::var(TIMEOUT_ENV)
-            .ok()
-            .and_then(|t| humantime::parse_duration(&t).ok())
-            .filter(|t| !t.is_zero())
-            .unwrap_or(REQUEST_TIMEOUT);
+        let timeout = request_timeout();
+        super::tls::provider();
         let http = reqwest::Client::builder()
             .unix_socket(socket)
             .timeout(timeout)
@@ -69,7 +87,43 @@ impl UnixClient {
             .map_err(|e| IncusError::Transport(Unreachable::from_error(socket, &e, timeout)))?;
         Ok(Self {
             http,
+            base: "http://incus".into(),
             socket: socket.to_owned(),
+            tls: None,
+            timeout,
+            counted: None,
+            requests: AtomicU64::new(0),
+        })
+    }
+
+    /// A client for Incus at `endpoint`: its socket, or HTTPS with `tls` (required there).
+    pub fn connect(endpoint: &Endpoint, tls: Option<Tls>) -> Result<Self, IncusError> {
+        let (Endpoint::Https { .. }, Some(tls)) = (endpoint, tls) else {
+            return match endpoint {
+                Endpoint::Unix(p) => Self::new(&p.to_string_lossy()),
+                Endpoint::Https { .. } => Err(IncusError::Transport(Unreachable {
+                    socket: endpoint.to_string(),
+                    problem: super::Problem::Tls(
+                        "HTTPS needs a client certificate: set [daemon] tls_client_cert and \
+                         tls_client_key"
+                            .into(),
+                    ),
+                })),
+            };
+        };
+        let timeout = request_timeout();
+        let url = endpoint.to_string();
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls((*tls.config).clone())
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(5).min(timeout))
+            .build()
+            .map_err(|e| IncusError::Transport(Unreachable::from_error(&url, &e, timeout)))?;
+        Ok(Self {
+            http,
+            base: url.clone(),
+            socket: url,
+            tls: Some(tls),
             timeout,
             counted: None,
             requests: AtomicU64::new(0),
@@ -107,7 +161,7 @@ impl UnixClient {
             .map(|(status, _, env)| (status, env))
     }
 
-    /// Like [`UnixClient::send`], with an optional `If-Match`, returning the answer's `ETag`.
+    /// Like [`Client::send`], with an optional `If-Match`, returning the answer's `ETag`.
     async fn exchange(
         &self,
         method: Method,
@@ -122,7 +176,7 @@ impl UnixClient {
         let method_name = method.clone();
         let mut req = self
             .http
-            .request(method, format!("http://incus{path}"))
+            .request(method, format!("{}{path}", self.base))
             .timeout(timeout);
         if let Some(b) = body {
             req = req.json(b);
@@ -184,7 +238,7 @@ impl UnixClient {
             .map(drop)
     }
 
-    /// Like [`UnixClient::operation`], returning the ended operation's own `metadata`.
+    /// Like [`Client::operation`], returning the ended operation's own `metadata`.
     async fn operation_result(
         &self,
         method: Method,
@@ -257,7 +311,7 @@ fn enc(s: &str) -> String {
 }
 
 #[async_trait]
-impl Incus for UnixClient {
+impl Incus for Client {
     async fn exec(&self, project: &str, name: &str, command: &[String]) -> Result<i64, IncusError> {
         let path = format!("/1.0/instances/{}/exec?project={}", enc(name), enc(project));
         let body = serde_json::json!({
@@ -275,6 +329,15 @@ impl Incus for UnixClient {
 
     async fn server_version(&self) -> Result<String, IncusError> {
         let v: Value = self.get_json("/1.0", "GET /1.0").await?;
+        if let Some(tls) = &self.tls {
+            // Over HTTPS, Incus answers `/1.0` to anyone and says whether it trusts them.
+            if v.get("auth").and_then(Value::as_str) != Some("trusted") {
+                return Err(IncusError::Transport(Unreachable {
+                    socket: self.socket.clone(),
+                    problem: super::Problem::Untrusted(tls.untrusted(&self.socket)),
+                }));
+            }
+        }
         Ok(v.pointer("/environment/server_version")
             .and_then(Value::as_str)
             .unwrap_or("unknown")
@@ -454,7 +517,7 @@ impl Incus for UnixClient {
     }
 }
 
-impl UnixClient {
+impl Client {
     /// Sends a GET whose successful answer is plain text rather than an envelope
     /// (`/1.0/metrics`); an error still comes as an envelope, read for its message.
     async fn get_text(&self, path: &str, what: &str) -> Result<String, IncusError> {
@@ -465,7 +528,7 @@ impl UnixClient {
         };
         let resp = self
             .http
-            .get(format!("http://incus{path}"))
+            .get(format!("{}{path}", self.base))
             .timeout(self.timeout)
             .send()
             .await;

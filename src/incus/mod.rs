@@ -1,8 +1,11 @@
 //! The Incus boundary: a trait for everything the daemon asks of Incus, the API types it reads
-//! (tolerant: unknown fields are ignored), and the typed error. The unix-socket client is in
-//! [`client`]; tests use an in-memory fake behind the same trait.
+//! (tolerant: unknown fields are ignored), and the typed error. The client (unix socket or
+//! HTTPS, [`Endpoint`]) is in [`client`], its TLS in [`tls`]; tests use an in-memory fake behind
+//! the same trait.
 
 pub mod client;
+mod endpoint;
+pub mod tls;
 mod unreachable;
 
 use std::collections::{BTreeMap, HashMap};
@@ -12,6 +15,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{InstanceStatus, Memory};
+pub use endpoint::{Endpoint, DEFAULT_HTTPS_PORT};
 pub use unreachable::{Problem, Unreachable};
 
 /// What went wrong talking to Incus, one variant per layer.

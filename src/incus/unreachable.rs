@@ -1,5 +1,6 @@
-//! Why Incus cannot be reached, in words a person can act on: what is wrong with the socket and
-//! what to do about it, once, without the HTTP client's URL noise.
+//! Why Incus cannot be reached, in words a person can act on: what is wrong with the socket (or
+//! the HTTPS address, its TLS, its trust in our certificate) and what to do about it, once,
+//! without the HTTP client's URL noise.
 
 use std::fmt;
 use std::io;
@@ -23,11 +24,17 @@ pub enum Problem {
     Refused,
     /// Incus did not answer in time.
     TimedOut(Duration),
+    /// TLS failed (a wrong pin, an unverifiable or expired server certificate): says what to
+    /// do.
+    Tls(String),
+    /// Incus answered over HTTPS but does not trust our client certificate: says how to trust
+    /// it.
+    Untrusted(String),
     /// Anything else, in the system's words.
     Other(String),
 }
 
-/// Incus could not be reached at `socket`.
+/// Incus could not be reached at `socket` (a socket path or an HTTPS address).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unreachable {
     pub socket: String,
@@ -53,8 +60,8 @@ impl Unreachable {
         }
     }
 
-    /// From an error of the HTTP client, which had `timeout` to answer: the innermost
-    /// `io::Error` says what happened.
+    /// From an error of the HTTP client, which had `timeout` to answer: a TLS error, or else
+    /// the innermost `io::Error`, says what happened.
     pub fn from_error(
         socket: &str,
         e: &(dyn std::error::Error + 'static),
@@ -62,6 +69,9 @@ impl Unreachable {
     ) -> Self {
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
         let mut innermost = e.to_string();
+        if let Some(tls) = find_tls(e) {
+            return Self::tls(socket, tls);
+        }
         while let Some(c) = cause {
             if let Some(io) = c.downcast_ref::<io::Error>() {
                 return Self::from_io(socket, io);
@@ -83,10 +93,27 @@ impl Unreachable {
     }
 }
 
+impl Unreachable {
+    fn tls(socket: &str, message: String) -> Self {
+        Self {
+            socket: socket.to_owned(),
+            problem: Problem::Tls(message),
+        }
+    }
+}
+
 impl fmt::Display for Unreachable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let socket = &self.socket;
+        let https = socket.starts_with("https://");
         match &self.problem {
+            Problem::Refused if https => write!(
+                f,
+                "cannot reach Incus: nothing listens at {socket} (connection refused). Is incusd \
+                 running there, with core.https_address set?"
+            ),
+            Problem::Tls(m) => write!(f, "cannot reach Incus at {socket}: {m}"),
+            Problem::Untrusted(m) => f.write_str(m),
             Problem::NoSocket => write!(
                 f,
                 "cannot reach Incus: no socket at {socket}. Is incusd running? \
@@ -123,6 +150,20 @@ impl fmt::Display for Unreachable {
             Problem::Other(m) => write!(f, "cannot reach Incus at {socket}: {m}"),
         }
     }
+}
+
+/// A TLS failure anywhere in `e`'s chain, described. An `io::Error`'s `source()` skips the
+/// error it wraps, so wrapped errors are looked into too.
+fn find_tls(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if let Some(tls) = super::tls::describe(e) {
+        return Some(tls);
+    }
+    if let Some(inner) = e.downcast_ref::<io::Error>().and_then(io::Error::get_ref) {
+        if let Some(tls) = find_tls(inner) {
+            return Some(tls);
+        }
+    }
+    e.source().and_then(find_tls)
 }
 
 /// The name of the group owning `path` (its gid when `/etc/group` does not name it).

@@ -130,6 +130,7 @@ fn setup() -> Setup {
 }
 
 fn client(socket: &Path) -> reqwest::Client {
+    incus_hpa::incus::tls::provider();
     reqwest::Client::builder()
         .unix_socket(socket)
         .timeout(Duration::from_secs(10))

@@ -4,11 +4,13 @@
 mod cli;
 mod dashboard;
 mod fake;
+mod https;
 mod informer;
 mod lab;
 mod leases;
 mod operators;
 mod props;
+mod real_https;
 mod real_incus;
 mod real_leases;
 mod real_operators;

@@ -143,6 +143,7 @@ async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
     std::fs::write(&file, "keep").unwrap();
     assert!(control::bind(&file).is_err());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    incus_hpa::incus::tls::provider();
     let client = reqwest::Client::builder()
         .unix_socket(path.as_path())
         .build()
@@ -230,6 +231,7 @@ async fn metrics_address_serves_the_metrics_and_not_the_status() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(control::serve_metrics(listener, t));
+    incus_hpa::incus::tls::provider();
     let client = reqwest::Client::new();
     let get = |p: &str| client.get(format!("http://{addr}{p}")).send();
     let metrics = get("/metrics").await.unwrap();

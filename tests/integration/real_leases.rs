@@ -1,21 +1,25 @@
-//! Two daemons on one group, on the real Incus: the lease lives in the project's config; one
-//! daemon acts and the other stands by; the group never grows past what one daemon would
+//! Three daemons on one group, on the real Incus, the first through the unix socket and the
+//! others through HTTPS: the lease lives in the project's config; one daemon acts and the
+//! others stand by; the group never grows past what one daemon would
 //! make; a SIGKILLed holder is replaced by the other, and a SIGSTOPped one that wakes after its
 //! lease ran out does not act until it holds the lease again.
 
 use std::process::Command;
 use std::time::Duration;
 
+use crate::https::HttpsAccess;
 use crate::lab::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-fn toml(lab: &Lab, min: u32, max: u32) -> String {
+/// The group's file for the daemon of `lab`, through HTTPS with `https`, else the socket.
+fn toml(lab: &Lab, min: u32, max: u32, https: Option<&HttpsAccess>) -> String {
     config(&lab.group, min, max, "").replace(
         "[daemon]",
         &format!(
-            "[daemon]\nlease = \"3s\"\ncontrol_socket = \"{}\"",
-            lab.dir.path().join("control.sock").display()
+            "[daemon]\nlease = \"3s\"\ncontrol_socket = \"{}\"\n{}",
+            lab.dir.path().join("control.sock").display(),
+            https.map(HttpsAccess::daemon_keys).unwrap_or_default()
         ),
     )
 }
@@ -51,16 +55,17 @@ fn signal(lab: &Lab, sig: &str) {
 
 #[test]
 #[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
-fn real_two_daemons_take_turns_and_never_fight() {
+fn real_three_daemons_take_turns_and_never_fight() {
+    let https = HttpsAccess::new(true, 2100);
     let mut a = Lab::new("lease");
     let g = a.group.clone();
-    a.start(&toml(&a, 1, 2));
+    a.start(&toml(&a, 1, 2, None));
     eventually(&a, "1 running", MINUTE, || running(&g) == 1);
     let pid_a = a.daemon.as_ref().unwrap().id();
     assert!(holder(&g).contains(&format!(":{pid_a}:")), "{}", holder(&g));
 
     let mut b = a.beside();
-    b.start(&toml(&b, 1, 2));
+    b.start(&toml(&b, 1, 2, Some(&https)));
     eventually(&b, "the second daemon stands by", MINUTE, || {
         b.log_count(&["standby (", "nothing is done here"]) > 0
     });
@@ -93,7 +98,7 @@ fn real_two_daemons_take_turns_and_never_fight() {
     // SIGSTOP the new holder past its lease: a third daemon takes over; the stopped one, once
     // resumed, stands by instead of acting on what it saw before.
     let mut c = a.beside();
-    c.start(&toml(&c, 1, 2));
+    c.start(&toml(&c, 1, 2, Some(&https)));
     eventually(&c, "the third daemon stands by", MINUTE, || {
         c.log_count(&["standby ("]) > 0
     });
