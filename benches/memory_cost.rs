@@ -194,7 +194,7 @@ impl Bench {
     async fn metrics_ok(&self, group: &[String]) -> Result<(usize, bool), String> {
         let m = self
             .client
-            .memory_metrics(PROJECT)
+            .memory_metrics(PROJECT, None)
             .await
             .map_err(|e| e.to_string())?;
         Ok((m.len(), group.iter().all(|n| m.contains_key(n))))
@@ -402,6 +402,7 @@ async fn main() {
                 config: HashMap::from([("limits.memory".into(), "64MiB".into())]),
                 profiles: vec!["default".into()],
                 start: true,
+                target: None,
             };
             client.create(PROJECT, &req).await.expect("create");
         }

@@ -42,7 +42,7 @@ until_ok() {
 cleanup() {
     incus delete --force "$ct" >/dev/null 2>&1 || true
     # A daemon killed rather than stopped (the watchdog step) may leave its group's lease.
-    incus project unset default "user.incus-hpa.lease.$group" >/dev/null 2>&1 || true
+    incus profile unset incus-hpa "user.incus-hpa.lease.$group" >/dev/null 2>&1 || true
     for n in $(incus list -f csv -c n "$key=$group"); do
         [ "$(incus config get "$n" "$key" 2>/dev/null)" = "$group" ] && incus delete --force "$n" >/dev/null 2>&1
     done

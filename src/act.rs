@@ -183,6 +183,7 @@ pub fn create_request(spec: &GroupSpec, name: &str, uuid: &str, warm: bool) -> C
         config,
         profiles: spec.profiles.clone(),
         start: !warm,
+        target: spec.target.clone(),
     }
 }
 

@@ -26,6 +26,7 @@ mod history;
 mod ownership;
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use tokio::time::Instant;
 
@@ -101,6 +102,7 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
             Class::Waiting { until, .. } => Some(*until),
             Class::Unhealthy { since } => since.checked_add(spec.unhealthy_grace),
             Class::Suspect { since } => since.checked_add(UNHEALTHY_CONFIRM),
+            Class::Unreachable { since } => since.checked_add(spec.unhealthy_grace),
             _ => None,
         })
         .min()
@@ -351,16 +353,24 @@ fn actions(
             .iter()
             .filter(|(_, c)| c.is_capacity() && !c.keep())
             .collect();
-        let mut order: Vec<_> = removable.iter().filter(|(i, _)| !i.protected).collect();
-        order.sort_by(|(a, ca), (b, cb)| {
-            let rank = |c: &Class| u8::from(*c == Class::Healthy);
-            rank(ca)
-                .cmp(&rank(cb))
-                .then_with(|| removal_order(spec, a, b))
-        });
+        let rank = |c: &Class| u8::from(*c == Class::Healthy);
+        let mut order: Vec<_> = removable
+            .iter()
+            .filter(|(i, _)| !i.protected)
+            .map(|(i, c)| (*i, rank(c)))
+            .collect();
+        order.sort_by(|(a, ra), (b, rb)| ra.cmp(rb).then_with(|| removal_order(spec, a, b)));
         let n = (capacity - desired) as usize;
         protected = (n.min(removable.len()) - n.min(order.len())) as u32;
-        removed.extend(order.iter().take(n).map(|(i, _)| (i.name.as_str(), cause)));
+        let mut load: HashMap<&str, usize> = HashMap::new();
+        for (i, _) in classes.iter().filter(|(_, c)| c.is_capacity()) {
+            *load.entry(i.location.as_str()).or_default() += 1;
+        }
+        removed.extend(
+            spread(order, n, load)
+                .into_iter()
+                .map(|i| (i.name.as_str(), cause)),
+        );
     }
     for (i, c) in classes.iter().filter(|(i, _)| !i.protected) {
         match c {
@@ -425,6 +435,30 @@ fn actions(
     );
     actions.extend((left.len()..size).map(|_| Action::CreateWarm));
     (actions, protected)
+}
+
+/// Takes `n` of `order` (sorted by rank, then by the group's `scale_down_order`), each from
+/// the cluster member that holds the most of the group's instances (`load`) among those of the
+/// best rank left, ties in `order`'s order: a group scaled down stays spread over the members.
+/// Without a cluster (every location empty) this is the first `n`.
+fn spread<'a>(
+    mut order: Vec<(&'a ObservedInstance, u8)>,
+    n: usize,
+    mut load: HashMap<&'a str, usize>,
+) -> Vec<&'a ObservedInstance> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n && !order.is_empty() {
+        let at = |i: &ObservedInstance| load.get(i.location.as_str()).copied().unwrap_or(0);
+        let best = (0..order.len())
+            .min_by_key(|&k| (order[k].1, std::cmp::Reverse(at(order[k].0)), k))
+            .expect("not empty");
+        let (chosen, _) = order.remove(best);
+        if let Some(l) = load.get_mut(chosen.location.as_str()) {
+            *l = l.saturating_sub(1);
+        }
+        out.push(chosen);
+    }
+    out
 }
 
 /// Which of two healthy instances a scale-down removes first (`Less`: `a`), by the group's

@@ -102,12 +102,32 @@ impl Store {
         })
     }
 
-    /// Takes in a listing of the project, read with `ticket`, at `now`.
+    /// Takes in a listing of the project, read with `ticket`, at `now`: the instances carrying
+    /// a group key, and those of them that are now on a member that does not answer (listed
+    /// without their config): these keep what was last known of them, marked unreachable.
+    /// One such instance not known before is left out: nothing says whose it is.
     pub fn listed(&self, project: &str, ticket: u64, instances: Vec<Instance>, now: Instant) {
         self.with(|p| {
             let p = p.entry(project.to_owned()).or_default();
+            let before = std::mem::take(&mut p.entries);
+            let instances = instances.into_iter().filter_map(|i| {
+                if !i.is_unavailable() {
+                    return i.config.contains_key(GROUP_KEY).then_some(i);
+                }
+                let known = before.get(&i.name)?.instance.clone()?;
+                Some(Instance {
+                    unreachable: true,
+                    status: i.status,
+                    location: i.location,
+                    ..known
+                })
+            });
+            let instances: Vec<Instance> = instances.collect();
             // Entries written after the listing was sent stay; everything else is replaced.
-            p.entries.retain(|_, e| e.ticket > ticket);
+            p.entries = before
+                .into_iter()
+                .filter(|(_, e)| e.ticket > ticket)
+                .collect();
             for i in instances {
                 p.entries.entry(i.name.clone()).or_insert(Entry {
                     ticket,
@@ -190,12 +210,11 @@ impl Store {
             return Ok(cached);
         }
         let ticket = self.ticket();
-        // The server-side filter is a pattern: `.+` is "has the key".
-        let listed = incus.list_by_config(project, GROUP_KEY, ".+").await?;
-        self.listed(project, ticket, listed.clone(), now);
+        let listed = incus.list(project).await?;
+        self.listed(project, ticket, listed, now);
         Ok(self
             .instances(project, now, Duration::MAX)
-            .unwrap_or(listed))
+            .unwrap_or_default())
     }
 
     /// Reads `name` again and takes in what is found (after the daemon acted on it).
@@ -310,6 +329,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::InstanceStatus;
 
     fn inst(name: &str, status: &str, group: Option<&str>) -> Instance {
         serde_json::from_value(serde_json::json!({
@@ -393,6 +413,31 @@ mod tests {
             Some(inst("web-b", "Running", None)),
         );
         assert_eq!(names(&s), vec![]);
+    }
+
+    #[test]
+    fn an_instance_whose_member_does_not_answer_keeps_what_was_known_of_it() {
+        let s = Store::default();
+        let t0 = Instant::now();
+        let mut known = inst("web-a", "Running", Some("web"));
+        known.location = "m3".into();
+        s.listed("default", s.ticket(), vec![known.clone()], t0);
+        // What a cluster lists for it once m3 is offline; and a stranger's, never seen.
+        let stub = |name: &str| -> Instance {
+            serde_json::from_value(serde_json::json!({
+                "name": name, "status": "Error", "location": "m3", "config": {},
+            }))
+            .unwrap()
+        };
+        s.listed("default", s.ticket(), vec![stub("web-a"), stub("db-1")], t0);
+        let got = s.instances("default", t0, Duration::MAX).unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].unreachable && got[0].config == known.config);
+        assert_eq!(got[0].status(), InstanceStatus::Unreachable);
+        // Back: an ordinary instance again.
+        s.listed("default", s.ticket(), vec![known], t0);
+        let got = s.instances("default", t0, Duration::MAX).unwrap();
+        assert_eq!(got[0].status(), InstanceStatus::Running);
     }
 
     #[test]

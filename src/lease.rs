@@ -1,9 +1,10 @@
 //! Leader leases: however many daemons watch a group (two hosts with the same package and
 //! config, a second `incus-hpa run` by hand), one acts on it at a time; the others observe,
 //! decide and report `standby`. No extra service: the lease lives in Incus itself, a config
-//! key of the group's project, `user.incus-hpa.lease.GROUP = "HOLDER until=UNIX_MS"`, written
-//! by compare-and-swap on the project's ETag (`PUT` with `If-Match`; a 412 means another
-//! daemon wrote first).
+//! key of the profile `incus-hpa` of the group's project (made when missing, used by no
+//! instance; a certificate restricted to the project may write it, not the project's own
+//! config), `user.incus-hpa.lease.GROUP = "HOLDER until=UNIX_MS"`, written by compare-and-swap
+//! on the profile's ETag (`PUT` with `If-Match`; a 412 means another daemon wrote first).
 //!
 //! - A daemon takes a lease that is free, expired (its end plus a drift margin is past by the
 //!   wall clock) or its own, and renews it every third of its length.
@@ -13,6 +14,8 @@
 //!   for clock drift between hosts).
 //! - A holder that dies is replaced within one lease period plus one renewal.
 //! - On a clean shutdown it gives its leases up, so another daemon takes over at once.
+//! - A lease nobody renewed for a day (a group no longer declared anywhere) is removed by the
+//!   next daemon that writes leases in the project.
 //!
 //! [`claim`] is the pure rule; [`Leases`] keeps what this daemon holds.
 
@@ -24,7 +27,8 @@ use tokio::time::Instant;
 
 use crate::incus::{Incus, IncusError};
 
-/// The project config key of a group's lease is this prefix plus the group's name.
+/// The config key of a group's lease (in the project's lease profile) is this prefix plus the
+/// group's name.
 pub const KEY_PREFIX: &str = "user.incus-hpa.lease.";
 
 /// A stored lease: who holds it, until when (milliseconds since the Unix epoch).
@@ -219,7 +223,7 @@ impl Leases {
         }
     }
 
-    /// One round for `project`: reads its config once, takes or renews the lease of every
+    /// One round for `project`: reads its lease profile once, takes or renews the lease of every
     /// group in `groups` it may, and writes them in one compare-and-swap. A race lost three
     /// times in a row (412) leaves the standings as they were, for the next round.
     pub async fn renew(
@@ -236,7 +240,7 @@ impl Leases {
         // and the write makes the write fail (412): read again, a few times.
         for _ in 0..3 {
             let started = Instant::now();
-            let mut current = incus.project(project).await?;
+            let mut current = incus.leases(project).await?;
             let now_ms = (self.wall)();
             let mut taken = Vec::new();
             let mut others = BTreeMap::new();
@@ -260,7 +264,10 @@ impl Leases {
                     }
                 }
             }
-            let written = taken.is_empty() || incus.put_project(project, &current).await?;
+            if !taken.is_empty() {
+                forget_stale(&mut current.config, now_ms);
+            }
+            let written = taken.is_empty() || incus.put_leases(project, &current).await?;
             if !written {
                 continue;
             }
@@ -286,7 +293,7 @@ impl Leases {
         project: &str,
         groups: &[String],
     ) -> Result<(), IncusError> {
-        let mut current = incus.project(project).await?;
+        let mut current = incus.leases(project).await?;
         let mut changed = false;
         for g in groups {
             let key = format!("{KEY_PREFIX}{g}");
@@ -301,12 +308,24 @@ impl Leases {
             }
         }
         if changed {
-            incus.put_project(project, &current).await?;
+            incus.put_leases(project, &current).await?;
         }
         let mut map = self.standing.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|(p, _), _| p != project);
         Ok(())
     }
+}
+
+/// How long after its end a lease nobody renewed is removed (by any daemon writing leases in
+/// the same project): the key of a group that is no longer declared anywhere goes away.
+pub const STALE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// Removes the lease keys of `config` that ended more than [`STALE_AFTER`] before `now_ms`.
+pub fn forget_stale(config: &mut BTreeMap<String, String>, now_ms: i64) {
+    let limit = now_ms - ms(STALE_AFTER);
+    config.retain(|k, v| {
+        !k.starts_with(KEY_PREFIX) || Record::parse(v).is_none_or(|r| r.until_ms >= limit)
+    });
 }
 
 /// Milliseconds since the Unix epoch, by the system's clock.
@@ -322,6 +341,33 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(15);
     const DRIFT: Duration = Duration::from_secs(3);
+
+    #[test]
+    fn leases_ended_a_day_ago_are_forgotten_and_nothing_else() {
+        let day = ms(STALE_AFTER);
+        let mut config: BTreeMap<String, String> = [
+            ("user.incus-hpa.lease.old", held("h:1:a", 1_000).value()),
+            (
+                "user.incus-hpa.lease.recent",
+                held("h:2:b", 2 * day).value(),
+            ),
+            ("user.incus-hpa.lease.odd", "not a record".to_owned()),
+            ("user.other", "1".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        forget_stale(&mut config, 1_000 + day + 1);
+        let keys: Vec<&str> = config.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "user.incus-hpa.lease.odd",
+                "user.incus-hpa.lease.recent",
+                "user.other"
+            ]
+        );
+    }
 
     fn held(by: &str, until_ms: i64) -> Record {
         Record {

@@ -175,6 +175,9 @@ pub struct GroupSpec {
     pub drain_command: Vec<String>,
     /// How long the drain command may run.
     pub drain_timeout: Duration,
+    /// Where a cluster places new instances: a member, or `@GROUP` for a cluster group
+    /// (`None`: Incus' scheduler chooses).
+    pub target: Option<String>,
 }
 
 /// How a group's desired count follows its memory.
@@ -270,6 +273,9 @@ pub enum InstanceStatus {
     Error,
     /// Starting, stopping, freezing… or a status this version does not know.
     Transition,
+    /// On a cluster member that does not answer (offline): nothing is known of it, and
+    /// nothing can be done to it until the member is back.
+    Unreachable,
 }
 
 impl InstanceStatus {
@@ -288,6 +294,7 @@ impl fmt::Display for InstanceStatus {
             Self::Frozen => "frozen",
             Self::Error => "in error",
             Self::Transition => "in a transition",
+            Self::Unreachable => "on an offline cluster member",
         })
     }
 }
@@ -303,6 +310,8 @@ pub struct ObservedInstance {
     pub since_start: Option<Duration>,
     /// Memory reading; `None` when missing or unreadable (always `None` unless healthy).
     pub memory: Option<Memory>,
+    /// The cluster member it is on; empty when Incus is not clustered.
+    pub location: String,
     /// It belongs to the group's warm pool ([`WARM_KEY`]).
     pub warm: bool,
     /// A person protected it from scale-in ([`PROTECTED_KEY`] is `true`).
@@ -482,6 +491,13 @@ pub enum Note {
     Unhealthy {
         instance: String,
         status: InstanceStatus,
+        grace: Duration,
+    },
+    /// It was just seen on a cluster member that does not answer: still counted (so no
+    /// scale-down), replaced after the grace period if the member is still away.
+    Unreachable {
+        instance: String,
+        member: String,
         grace: Duration,
     },
 }

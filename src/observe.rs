@@ -6,6 +6,10 @@
 //! measured. Instances carrying the key that the daemon did not create (copies, renames,
 //! moves, imports) are listed as foreign. A steady pass, with memory from the cgroup files,
 //! sends no request to incusd.
+//!
+//! On a cluster, an instance whose member does not answer cannot be measured, and no event
+//! says so: a pass that finds one (unreachable, or running without a reading) has the project
+//! listed again at the next pass, which is where Incus tells which members are away.
 
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +20,8 @@ use crate::incus::{Incus, IncusError, Instance};
 use crate::informer::Store;
 use crate::memory::MemorySource;
 use crate::model::{
-    Foreign, GroupSpec, Observation, ObservedInstance, PROTECTED_KEY, UUID_KEY, WARM_KEY,
+    Foreign, GroupSpec, InstanceStatus, Observation, ObservedInstance, PROTECTED_KEY, UUID_KEY,
+    WARM_KEY,
 };
 
 /// True when `inst` is one the daemon created for the group `spec`.
@@ -55,12 +60,15 @@ pub async fn observe(
             Ownership::NotInGroup => {}
         }
     }
-    let healthy: Vec<String> = owned
+    let (healthy, members): (Vec<String>, Vec<String>) = owned
         .iter()
         .filter(|i| i.status().is_healthy())
-        .map(|i| i.name.clone())
-        .collect();
-    let mut readings = memory.read(&spec.project, &healthy).await.into_iter();
+        .map(|i| (i.name.clone(), i.member().to_owned()))
+        .unzip();
+    let mut readings = memory
+        .read_placed(&spec.project, &healthy, &members)
+        .await
+        .into_iter();
     let instances = owned
         .into_iter()
         .map(|i| {
@@ -75,11 +83,20 @@ pub async fn observe(
                 protected: i.config.get(PROTECTED_KEY).is_some_and(|v| v == "true"),
                 created_at: i.created_nanos(),
                 since_start: i.since_start(now),
+                location: i.member().to_owned(),
                 name: i.name,
                 status,
                 memory,
             }
         })
-        .collect();
+        .collect::<Vec<ObservedInstance>>();
+    let in_doubt = instances.iter().any(|i| {
+        !i.location.is_empty()
+            && (i.status == InstanceStatus::Unreachable
+                || (i.status.is_healthy() && i.memory.is_none()))
+    });
+    if in_doubt {
+        store.invalidate(&spec.project);
+    }
     Ok(Observation { instances, foreign })
 }

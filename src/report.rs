@@ -109,6 +109,15 @@ pub fn note(spec: &GroupSpec, note: &Note) {
             status = %status,
             "{instance} is {status}: it no longer counts as capacity and is replaced now; \
              removed if it is still {status} in {}", human(*grace)),
+        Note::Unreachable {
+            instance,
+            member,
+            grace,
+        } => tracing::warn!(group = g, instance = %instance, reason = "unreachable",
+            member = %member,
+            "{instance} is on cluster member {member}, which does not answer: it still counts, \
+             unmeasured (no scale-down meanwhile), and is replaced in {} if {member} is still \
+             away (it is left where it is: nothing can be done to it there)", human(*grace)),
     }
 }
 

@@ -79,6 +79,7 @@ pub fn spec(group: &str, image: &str) -> GroupSpec {
         policy: Default::default(),
         drain_command: vec![],
         drain_timeout: Duration::from_secs(30),
+        target: None,
     }
 }
 

@@ -129,6 +129,7 @@ pub const GROUP_KEYS: &[&str] = &[
     "drain_command",
     "drain_timeout",
     "allow_privileged",
+    "target",
 ];
 
 /// Parses desired-state text; `file` is only used to name places in messages, and the files
@@ -368,6 +369,24 @@ fn group(
     let config = t
         .table(c, "config")
         .map(|ct| instance_config(c, ct, allow_privileged));
+    let target = t.string(c, "target").and_then(|(v, span)| {
+        let name = v.strip_prefix('@').unwrap_or(&v);
+        let ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_' | '.'));
+        if !ok {
+            c.error(
+                Some(span),
+                &t.key("target"),
+                format!(
+                    "{v:?} is not a cluster member or @cluster-group name (letters, digits, \
+                     '-', '_', '.'), as in \"node2\" or \"@web-nodes\""
+                ),
+            );
+        }
+        ok.then_some(v)
+    });
 
     if let Some((max, span)) = &max {
         if *max == 0 {
@@ -485,6 +504,7 @@ fn group(
         policy,
         drain_command,
         drain_timeout: secs(drain_timeout, 30),
+        target,
         name,
     })
 }

@@ -23,6 +23,7 @@ fn adaptive(min: u32, max: u32, threshold: f64) -> GroupSpec {
 /// An instance using `mib` of a 64 MiB limit, started `age` ago.
 fn inst(n: i64, mib: u64, age: u64) -> ObservedInstance {
     ObservedInstance {
+        location: String::new(),
         name: format!("web-{n}"),
         status: InstanceStatus::Running,
         created_at: n,
@@ -155,6 +156,7 @@ fn an_oom_kill_since_the_last_pass_counts_as_the_limit() {
     let with_kills = |k: u64| {
         of((0..2)
             .map(|i| ObservedInstance {
+                location: String::new(),
                 memory: Some(Memory {
                     oom_kills: Some(k),
                     ..inst(i, 20, 600).memory.unwrap()

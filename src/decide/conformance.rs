@@ -103,6 +103,7 @@ fn instance(i: usize, request: u64, pod: Pod) -> ObservedInstance {
         Gone => (InstanceStatus::Error, None, 3600),
     };
     ObservedInstance {
+        location: String::new(),
         name: format!("pod-{i}"),
         status,
         created_at: i as i64,

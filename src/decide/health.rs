@@ -12,6 +12,11 @@
 //!   a replacement is created (the group may surge above `max` by its unhealthy instances);
 //!   removed once it has been unhealthy for `unhealthy_grace`. Until it is confirmed it still
 //!   counts, unmeasured (so no scale-down), and is never chosen for removal.
+//! - **Unreachable** (on a cluster member that does not answer): nothing can be read of it or
+//!   done to it. It still counts, unmeasured (so no scale-down), for `unhealthy_grace`; then
+//!   it is **lost**: no longer capacity, so a replacement is created (the group's count stays
+//!   within `max`), and it is left where it is (it cannot be deleted there). When its member
+//!   comes back it is an ordinary instance again, and a surplus is removed as usual.
 //!
 //! What is remembered per instance ([`Tracked`]) lives in the group's `History`: losing it (a
 //! restart of the daemon) only restarts the counts.
@@ -74,6 +79,13 @@ pub(super) enum Class {
     Expired,
     /// Stopped in the warm pool: neither capacity nor unhealthy.
     Warm,
+    /// On a member that does not answer, for less than the grace period: still counted,
+    /// unmeasured, never removed.
+    Unreachable {
+        since: Instant,
+    },
+    /// On a member that has not answered for the grace period: replaced, left alone.
+    Lost,
 }
 
 impl Class {
@@ -81,7 +93,11 @@ impl Class {
     pub(super) fn is_capacity(self) -> bool {
         matches!(
             self,
-            Class::Healthy | Class::StartNow(_) | Class::Waiting { .. } | Class::Suspect { .. }
+            Class::Healthy
+                | Class::StartNow(_)
+                | Class::Waiting { .. }
+                | Class::Suspect { .. }
+                | Class::Unreachable { .. }
         )
     }
 
@@ -96,6 +112,7 @@ impl Class {
                     ..
                 }
                 | Class::Suspect { .. }
+                | Class::Unreachable { .. }
         )
     }
 
@@ -103,7 +120,7 @@ impl Class {
     pub(super) fn is_unhealthy(self) -> bool {
         matches!(
             self,
-            Class::Retire | Class::Unhealthy { .. } | Class::Expired
+            Class::Retire | Class::Unhealthy { .. } | Class::Expired | Class::Lost
         )
     }
 }
@@ -162,6 +179,19 @@ impl Tracked {
                     self.crashes = 0;
                 }
                 None
+            }
+            InstanceStatus::Unreachable => {
+                let since = *self.unhealthy_since.get_or_insert(now);
+                if std::mem::replace(&mut self.reported, true) {
+                    return None;
+                }
+                Some(Note::Unreachable {
+                    instance: inst.name.clone(),
+                    member: inst.location.clone(),
+                    grace: spec
+                        .unhealthy_grace
+                        .saturating_sub(now.saturating_duration_since(since)),
+                })
             }
             InstanceStatus::Stopped => {
                 self.unhealthy_since = None;
@@ -223,6 +253,14 @@ impl Tracked {
                     Class::StartNow(Cause::StartRetry)
                 } else {
                     Class::StartNow(Cause::Restart)
+                }
+            }
+            InstanceStatus::Unreachable => {
+                let since = self.unhealthy_since.unwrap_or(now);
+                if now.saturating_duration_since(since) >= spec.unhealthy_grace {
+                    Class::Lost
+                } else {
+                    Class::Unreachable { since }
                 }
             }
             status => {

@@ -310,6 +310,7 @@ fn the_warm_pool_is_filled_used_first_and_never_counted() {
         scale_down_order: Default::default(),
         drain_command: vec![],
         drain_timeout: Duration::from_secs(30),
+        target: None,
         ..spec(1, 5, 50.0)
     };
     // Empty pool: filled, after everything else.
@@ -342,6 +343,7 @@ fn the_warm_pool_is_filled_used_first_and_never_counted() {
         scale_down_order: Default::default(),
         drain_command: vec![],
         drain_timeout: Duration::from_secs(30),
+        target: None,
         scale_down_stabilization: Duration::ZERO,
         ..spec(1, 5, 50.0)
     };

@@ -36,12 +36,14 @@ pub(crate) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         policy: crate::model::Policy::Kubernetes,
         drain_command: vec![],
         drain_timeout: Duration::from_secs(30),
+        target: None,
     }
 }
 
 /// One running instance at `percent` of a 100 MiB limit, created at `created`.
 pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
     ObservedInstance {
+        location: String::new(),
         name: format!("web-{created}"),
         status: InstanceStatus::Running,
         created_at: created,
@@ -58,6 +60,7 @@ pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
 
 pub(super) fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstance {
     ObservedInstance {
+        location: String::new(),
         name: format!("web-{created}"),
         status,
         created_at: created,
@@ -116,6 +119,7 @@ fn reference_and_edge_cases() {
         reason: Reason,
     }
     let limitless = |p: f64| ObservedInstance {
+        location: String::new(),
         memory: Some(Memory {
             usage: (p * 1e7) as u64,
             limit: 1_000_000_000,
@@ -235,6 +239,7 @@ fn reference_and_edge_cases() {
             name: "zero limit is a missing metric",
             spec: spec(1, 5, 50.0),
             obs: observation(vec![ObservedInstance {
+                location: String::new(),
                 memory: Some(Memory { usage: 5, limit: 0, oom_kills: None }),
                 ..at(0.0, 1)
             }]),
@@ -493,6 +498,34 @@ fn scale_down_order_newest_oldest_or_least_memory() {
 }
 
 #[test]
+fn a_scale_down_takes_from_the_member_holding_the_most_of_the_group() {
+    // Six instances at 10 %: three on m1, two on m2, one on m3; max 3 takes three away.
+    let mut o = obs(&[10.0; 6]);
+    for (i, m) in o
+        .instances
+        .iter_mut()
+        .zip(["m1", "m1", "m1", "m2", "m2", "m3"])
+    {
+        i.location = m.into();
+    }
+    let s = spec(1, 3, 50.0);
+    // Newest first within a member: web-2 (m1), then m1 and m2 tie at two: the newest of
+    // them, web-4 (m2), then web-1 (m1). One is left on each member.
+    assert_eq!(removed(&run(&s, &o)), vec!["web-2", "web-4", "web-1"]);
+    // Oldest first: web-0 (m1), then m1 and m2 tie: web-1 (m1, the older), then web-3 (m2).
+    let s = GroupSpec {
+        scale_down_order: ScaleDownOrder::Oldest,
+        ..spec(1, 3, 50.0)
+    };
+    assert_eq!(removed(&run(&s, &o)), vec!["web-0", "web-1", "web-3"]);
+    // A stopped instance still goes first, wherever it is.
+    o.instances[5].status = InstanceStatus::Stopped;
+    o.instances[5].memory = None;
+    let s = spec(1, 3, 50.0);
+    assert_eq!(removed(&run(&s, &o))[0], "web-5");
+}
+
+#[test]
 fn protected_instances_count_but_are_never_removed_and_the_decision_says_so() {
     let mut o = obs(&[10.0, 10.0, 10.0]);
     o.instances[2].protected = true;
@@ -563,6 +596,7 @@ fn utilization_is_total_usage_over_total_limits() {
     // 90 of 100 MiB and 30 of 300 MiB: 120 of 400 MiB is 30 %, where the mean of the two
     // percentages (90 and 10) would say 50 % and ask for 4 at a 30 % target.
     let sized = |used: u64, limit: u64, created| ObservedInstance {
+        location: String::new(),
         memory: Some(Memory {
             usage: used * MIB,
             limit: limit * MIB,

@@ -18,7 +18,8 @@ use serde_json::Value;
 
 use super::tls::Tls;
 use super::{
-    CreateInstance, Endpoint, Incus, IncusError, Instance, ProjectConfig, StateChange, Unreachable,
+    CreateInstance, Endpoint, Incus, IncusError, Instance, LeaseHome, StateChange, Unreachable,
+    LEASE_PROFILE,
 };
 use crate::model::Memory;
 
@@ -344,6 +345,11 @@ impl Incus for Client {
             .to_owned())
     }
 
+    async fn list(&self, project: &str) -> Result<Vec<Instance>, IncusError> {
+        let path = format!("/1.0/instances?recursion=1&project={}", enc(project));
+        self.get_json(&path, "listing instances").await
+    }
+
     async fn list_by_config(
         &self,
         project: &str,
@@ -377,7 +383,10 @@ impl Incus for Client {
             what: "create request".into(),
             message: e.to_string(),
         })?;
-        let path = format!("/1.0/instances?project={}", enc(project));
+        let mut path = format!("/1.0/instances?project={}", enc(project));
+        if let Some(target) = &req.target {
+            path.push_str(&format!("&target={}", enc(target)));
+        }
         self.operation(
             Method::POST,
             &path,
@@ -459,35 +468,67 @@ impl Incus for Client {
         })
     }
 
-    async fn project(&self, project: &str) -> Result<ProjectConfig, IncusError> {
-        let what = format!("reading project {project}");
-        let path = format!("/1.0/projects/{}", enc(project));
-        let (_, etag, env) = self
+    async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError> {
+        let what = format!("reading profile {LEASE_PROFILE} of project {project}");
+        let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
+        let read = self
             .exchange(Method::GET, &path, None, self.timeout, &what, None)
-            .await?;
+            .await;
+        let (_, etag, env) = match read {
+            Err(e) if e.is_not_found() => {
+                let body = serde_json::json!({
+                    "name": LEASE_PROFILE,
+                    "description": "incus-hpa's leader leases (user.incus-hpa.lease.GROUP); attach it to no instance",
+                    "config": {},
+                    "devices": {},
+                });
+                let create = format!("/1.0/profiles?project={}", enc(project));
+                let made = self
+                    .send(
+                        Method::POST,
+                        &create,
+                        Some(&body),
+                        self.timeout,
+                        &format!("creating profile {LEASE_PROFILE} in project {project}"),
+                    )
+                    .await;
+                match made {
+                    // Another daemon made it first.
+                    Ok(_) | Err(IncusError::Api { status: 409, .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                self.exchange(Method::GET, &path, None, self.timeout, &what, None)
+                    .await?
+            }
+            other => other?,
+        };
         let decode = |message: String| IncusError::Decode {
             what: what.clone(),
             message,
         };
         #[derive(Deserialize)]
-        struct Project {
+        struct Profile {
             #[serde(default)]
             config: BTreeMap<String, String>,
             #[serde(default)]
             description: String,
         }
-        let p: Project = serde_json::from_value(env.metadata).map_err(|e| decode(e.to_string()))?;
-        Ok(ProjectConfig {
+        let p: Profile = serde_json::from_value(env.metadata).map_err(|e| decode(e.to_string()))?;
+        Ok(LeaseHome {
             config: p.config,
             description: p.description,
             etag: etag.ok_or_else(|| decode("no ETag in the answer".into()))?,
         })
     }
 
-    async fn put_project(&self, project: &str, new: &ProjectConfig) -> Result<bool, IncusError> {
-        let what = format!("writing project {project}");
-        let path = format!("/1.0/projects/{}", enc(project));
-        let body = serde_json::json!({ "config": new.config, "description": new.description });
+    async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
+        let what = format!("writing profile {LEASE_PROFILE} of project {project}");
+        let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
+        let body = serde_json::json!({
+            "config": new.config,
+            "description": new.description,
+            "devices": {},
+        });
         match self
             .exchange(
                 Method::PUT,
@@ -508,8 +549,12 @@ impl Incus for Client {
     async fn memory_metrics(
         &self,
         project: &str,
+        member: Option<&str>,
     ) -> Result<std::collections::HashMap<String, Memory>, IncusError> {
-        let path = format!("/1.0/metrics?project={}", enc(project));
+        let mut path = format!("/1.0/metrics?project={}", enc(project));
+        if let Some(member) = member {
+            path.push_str(&format!("&target={}", enc(member)));
+        }
         let text = self
             .get_text(&path, &format!("reading the metrics of project {project}"))
             .await?;

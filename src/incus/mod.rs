@@ -66,12 +66,36 @@ pub struct Instance {
     pub last_used_at: String,
     #[serde(default)]
     pub project: String,
+    /// The cluster member it is on; `none` (or empty) when Incus is not clustered.
+    #[serde(default)]
+    pub location: String,
+    /// Its member does not answer: this is what was last known of it (see
+    /// [`Instance::is_unavailable`]), not what Incus says now.
+    #[serde(skip)]
+    pub unreachable: bool,
 }
 
 impl Instance {
+    /// True for what a cluster lists in place of an instance on a member that does not answer:
+    /// status Error, its member, and nothing else (no config: not even its group key).
+    pub fn is_unavailable(&self) -> bool {
+        self.status == "Error" && self.config.is_empty() && !self.member().is_empty()
+    }
+
+    /// The cluster member it is on, empty when Incus is not clustered.
+    pub fn member(&self) -> &str {
+        match self.location.as_str() {
+            "none" => "",
+            m => m,
+        }
+    }
+
     /// The status as the daemon reasons about it. Incus 6.0 reports `Ready` for a running
     /// instance whose workload signalled readiness through `/dev/incus`.
     pub fn status(&self) -> InstanceStatus {
+        if self.unreachable {
+            return InstanceStatus::Unreachable;
+        }
         match self.status.as_str() {
             "Running" => InstanceStatus::Running,
             "Ready" => InstanceStatus::Ready,
@@ -117,6 +141,10 @@ pub struct CreateInstance {
     pub config: HashMap<String, String>,
     pub profiles: Vec<String>,
     pub start: bool,
+    /// Where a cluster places it (`?target=`): a member, or `@GROUP` for a cluster group;
+    /// `None` lets Incus' scheduler choose.
+    #[serde(skip)]
+    pub target: Option<String>,
 }
 
 /// Where a new instance's root filesystem comes from.
@@ -151,9 +179,15 @@ pub enum StateChange {
 
 /// Everything the daemon asks of Incus. Every call has a timeout; every asynchronous operation
 /// is waited for and its outcome read from the body.
-/// A project's config and description as read, with the ETag a compare-and-swap needs.
+/// The profile of each project that holds its leader leases (see `crate::lease`). A profile
+/// rather than the project's own config: a certificate restricted to the project may write
+/// the one and not the other. No instance uses it.
+pub const LEASE_PROFILE: &str = "incus-hpa";
+
+/// The profile that holds a project's leader leases ([`LEASE_PROFILE`]): its config and
+/// description as read, with the ETag a compare-and-swap needs.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct ProjectConfig {
+pub struct LeaseHome {
     pub config: BTreeMap<String, String>,
     pub description: String,
     /// The `ETag` of the answer: a write with `If-Match` on it fails if another came first.
@@ -164,6 +198,11 @@ pub struct ProjectConfig {
 pub trait Incus: Send + Sync {
     /// The server's version, to check that Incus answers.
     async fn server_version(&self) -> Result<String, IncusError>;
+    /// Every instance of `project` (`GET /1.0/instances?recursion=1&project=P`, one request,
+    /// no state), unfiltered: on a cluster, an instance on a member that does not answer is
+    /// listed without its config (see [`Instance::is_unavailable`]), so a filter on config
+    /// would drop it.
+    async fn list(&self, project: &str) -> Result<Vec<Instance>, IncusError>;
     /// Instances in `project` whose `key` config equals `value` (one request, no state).
     async fn list_by_config(
         &self,
@@ -197,18 +236,25 @@ pub trait Incus: Send + Sync {
     ) -> Result<(), IncusError>;
     /// Memory of a running instance from `GET /1.0/instances/NAME/state` (expensive on 6.0).
     async fn memory_state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError>;
-    /// Memory of every running instance of `project` that incusd's metrics cover (those on the
-    /// member asked), by name, from one `GET /1.0/metrics?project=P`. incusd renders every
-    /// running instance of the project for it, as expensive as a `/state` each, then serves
-    /// the answer from a cache for ~8 s; a concurrent rebuild can answer 423. The reading is
-    /// the working set, see [`crate::memory::from_metrics`].
-    async fn memory_metrics(&self, project: &str) -> Result<HashMap<String, Memory>, IncusError>;
-    /// A project's config (`GET /1.0/projects/NAME`), with its ETag.
-    async fn project(&self, project: &str) -> Result<ProjectConfig, IncusError>;
-    /// Replaces a project's config and description (`PUT` with `If-Match: etag`). `Ok(false)`
-    /// when another writer changed the project since `etag` was read (HTTP 412): nothing was
-    /// written.
-    async fn put_project(&self, project: &str, new: &ProjectConfig) -> Result<bool, IncusError>;
+    /// Memory of every running instance of `project` that incusd's metrics cover, by name,
+    /// from one `GET /1.0/metrics?project=P`: those on the cluster member `member`
+    /// (`&target=MEMBER`), or on the member answering when `None` (all of them when Incus is
+    /// not clustered). incusd renders every running instance of the project there, as
+    /// expensive as a `/state` each, then serves the answer from a cache for ~8 s; a
+    /// concurrent rebuild can answer 423. The reading is the working set, see
+    /// [`crate::memory::from_metrics`].
+    async fn memory_metrics(
+        &self,
+        project: &str,
+        member: Option<&str>,
+    ) -> Result<HashMap<String, Memory>, IncusError>;
+    /// The profile [`LEASE_PROFILE`] of `project` (`GET /1.0/profiles/incus-hpa?project=P`),
+    /// with its ETag; created empty first when it is not there.
+    async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError>;
+    /// Replaces that profile's config and description (`PUT` with `If-Match: etag`).
+    /// `Ok(false)` when another writer changed it since `etag` was read (HTTP 412): nothing
+    /// was written.
+    async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError>;
 }
 
 #[cfg(test)]
@@ -217,6 +263,8 @@ mod tests {
 
     fn at(created_at: &str) -> Instance {
         Instance {
+            location: String::new(),
+            unreachable: false,
             name: "x".into(),
             status: "Running".into(),
             config: HashMap::new(),

@@ -1,5 +1,7 @@
 //! Memory from the Incus API: one `GET /1.0/metrics` for the whole project or one `/state`
-//! per instance, whichever the pure [`plan`] finds cheaper from what was last seen.
+//! per instance, whichever the pure [`plan`] finds cheaper from what was last seen. On a
+//! cluster, where a member's metrics cover only its own instances, that choice is made per
+//! member, and the metrics of a member are asked for with `&target=MEMBER`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,15 +17,20 @@ use crate::model::Memory;
 /// per instance, whichever [`plan`] says is cheaper for this call.
 pub struct ApiSource {
     incus: Arc<dyn Reads>,
-    /// The last metrics answer per project: when, and how many instances it covered.
-    seen: Mutex<HashMap<String, (Instant, usize)>>,
+    /// The last metrics answer per project and member: when, and how many instances it
+    /// covered.
+    seen: Mutex<HashMap<(String, String), (Instant, usize)>>,
 }
 
 /// The two requests [`ApiSource`] makes, apart from [`Incus`] so that its tests need not
 /// implement the whole trait.
 #[async_trait]
 trait Reads: Send + Sync {
-    async fn metrics(&self, project: &str) -> Result<HashMap<String, Memory>, IncusError>;
+    async fn metrics(
+        &self,
+        project: &str,
+        member: Option<&str>,
+    ) -> Result<HashMap<String, Memory>, IncusError>;
     async fn state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError>;
 }
 
@@ -31,8 +38,12 @@ struct Through(Arc<dyn Incus>);
 
 #[async_trait]
 impl Reads for Through {
-    async fn metrics(&self, project: &str) -> Result<HashMap<String, Memory>, IncusError> {
-        self.0.memory_metrics(project).await
+    async fn metrics(
+        &self,
+        project: &str,
+        member: Option<&str>,
+    ) -> Result<HashMap<String, Memory>, IncusError> {
+        self.0.memory_metrics(project, member).await
     }
     async fn state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError> {
         self.0.memory_state(project, name).await
@@ -51,10 +62,11 @@ impl ApiSource {
         }
     }
 
-    /// What the source knows of `project`'s metrics as of `now`.
-    fn last_metrics(&self, project: &str, now: Instant) -> Option<LastMetrics> {
+    /// What the source knows of `project`'s metrics on `member` as of `now`.
+    fn last_metrics(&self, project: &str, member: &str, now: Instant) -> Option<LastMetrics> {
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.get(project).map(|&(at, instances)| LastMetrics {
+        let key = (project.to_owned(), member.to_owned());
+        seen.get(&key).map(|&(at, instances)| LastMetrics {
             age: now.saturating_duration_since(at),
             instances,
         })
@@ -74,11 +86,61 @@ impl ApiSource {
 #[async_trait]
 impl MemorySource for ApiSource {
     async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>> {
-        if plan(names.len(), self.last_metrics(project, Instant::now())) == Plan::State {
+        self.read_member(project, "", names).await
+    }
+
+    async fn read_placed(
+        &self,
+        project: &str,
+        names: &[String],
+        members: &[String],
+    ) -> Vec<Option<Memory>> {
+        let mut by_member: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, m) in members.iter().enumerate().take(names.len()) {
+            match by_member.iter_mut().find(|(k, _)| k == m) {
+                Some((_, v)) => v.push(i),
+                None => by_member.push((m, vec![i])),
+            }
+        }
+        let reads = by_member.iter().map(|(member, idx)| {
+            let wanted: Vec<String> = idx.iter().map(|&i| names[i].clone()).collect();
+            async move { self.read_member(project, member, &wanted).await }
+        });
+        let mut out = vec![None; names.len()];
+        for ((_, idx), got) in by_member
+            .iter()
+            .zip(futures_util::future::join_all(reads).await)
+        {
+            for (&i, m) in idx.iter().zip(got) {
+                out[i] = m;
+            }
+        }
+        out
+    }
+}
+
+impl ApiSource {
+    /// Reads `names`, all on cluster member `member` (empty: the member answering, or the
+    /// only server).
+    async fn read_member(
+        &self,
+        project: &str,
+        member: &str,
+        names: &[String],
+    ) -> Vec<Option<Memory>> {
+        let last = self.last_metrics(project, member, Instant::now());
+        if plan(names.len(), last) == Plan::State {
             return self.states(project, names).await;
         }
-        let metrics = match self.incus.metrics(project).await {
+        let target = (!member.is_empty()).then_some(member);
+        let metrics = match self.incus.metrics(project, target).await {
             Ok(m) => m,
+            // A member that does not answer (offline): its instances have no reading, and
+            // asking each of them would only fail again, slowly.
+            Err(e) if target.is_some() && !matches!(e, IncusError::Api { status: 423, .. }) => {
+                tracing::debug!(project, member, error = %e, "metrics of member unavailable");
+                return vec![None; names.len()];
+            }
             Err(e) => {
                 // 423 (another request is rebuilding them), an old or odd server: the
                 // instances are still readable one by one.
@@ -86,10 +148,10 @@ impl MemorySource for ApiSource {
                 return self.states(project, names).await;
             }
         };
-        self.seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(project.to_owned(), (Instant::now(), metrics.len()));
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            (project.to_owned(), member.to_owned()),
+            (Instant::now(), metrics.len()),
+        );
         let out: Vec<Option<Memory>> = names.iter().map(|n| metrics.get(n).copied()).collect();
         // Not in the metrics: started after incusd cached them (up to 8 s), on another
         // cluster member, or unreadable to incusd. `/state` tells which, for those only.
@@ -267,8 +329,15 @@ mod tests {
             self.calls.lock().unwrap().push(format!("state {name}"));
             Ok(self.state.get(name).copied())
         }
-        async fn metrics(&self, _: &str) -> Result<HashMap<String, Memory>, IncusError> {
-            self.calls.lock().unwrap().push("metrics".into());
+        async fn metrics(
+            &self,
+            _: &str,
+            member: Option<&str>,
+        ) -> Result<HashMap<String, Memory>, IncusError> {
+            self.calls.lock().unwrap().push(match member {
+                Some(m) => format!("metrics {m}"),
+                None => "metrics".into(),
+            });
             self.metrics.clone().map_err(|status| IncusError::Api {
                 what: "metrics".into(),
                 status,
@@ -333,7 +402,7 @@ mod tests {
             api.seen
                 .lock()
                 .unwrap()
-                .insert("default".into(), (long_ago, instances))
+                .insert(("default".into(), String::new()), (long_ago, instances))
         };
         learnt(4 * METRICS_SHARE + 1);
         api.read("default", &names(&["a", "b", "c", "d"])).await;
@@ -376,6 +445,7 @@ mod tests {
                     config: HashMap::from([("limits.memory".into(), "64MiB".into())]),
                     profiles: vec!["default".into()],
                     start: true,
+                    target: None,
                 },
             )
             .await
@@ -389,7 +459,7 @@ mod tests {
         assert!(out.status.success(), "{out:?}");
         // Past incusd's metrics cache, so that they were rendered after the dd.
         tokio::time::sleep(Duration::from_secs(9)).await;
-        let metrics = client.memory_metrics("default").await.unwrap();
+        let metrics = client.memory_metrics("default", None).await.unwrap();
         let state = client.memory_state("default", &name).await.unwrap();
         let (m, st) = (metrics[&name], state.expect("a /state reading"));
         assert_eq!(m.limit, 64 << 20, "{m:?}");

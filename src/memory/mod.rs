@@ -36,6 +36,18 @@ pub use metrics::{from_metrics, parse_sample, Sample};
 #[async_trait]
 pub trait MemorySource: Send + Sync {
     async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>>;
+
+    /// Like [`MemorySource::read`], knowing the cluster member each instance is on
+    /// (`members[i]` for `names[i]`, empty when not clustered).
+    async fn read_placed(
+        &self,
+        project: &str,
+        names: &[String],
+        members: &[String],
+    ) -> Vec<Option<Memory>> {
+        let _ = members;
+        self.read(project, names).await
+    }
 }
 
 /// The cgroup files first, the API for the instances they do not cover.
@@ -50,6 +62,27 @@ impl MemorySource for AutoSource {
         let out = self.cgroup.read(project, names).await;
         fill_missing(out, names, |missing| async move {
             self.api.read(project, &missing).await
+        })
+        .await
+    }
+
+    async fn read_placed(
+        &self,
+        project: &str,
+        names: &[String],
+        members: &[String],
+    ) -> Vec<Option<Memory>> {
+        let out = self.cgroup.read(project, names).await;
+        let member_of = |name: &String| {
+            names
+                .iter()
+                .position(|n| n == name)
+                .and_then(|i| members.get(i).cloned())
+                .unwrap_or_default()
+        };
+        fill_missing(out, names, |missing| async move {
+            let placed: Vec<String> = missing.iter().map(member_of).collect();
+            self.api.read_placed(project, &missing, &placed).await
         })
         .await
     }

@@ -202,6 +202,7 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                         instances: instances
                             .iter()
                             .map(|i| ObservedInstance {
+                                location: String::new(),
                                 name: i.name(),
                                 status: InstanceStatus::Running,
                                 created_at: i.created as i64 * 1_000_000_000 + i.seq as i64,

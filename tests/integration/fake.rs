@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use incus_hpa::events::{EventSource, EventStream, Lifecycle};
-use incus_hpa::incus::{CreateInstance, Incus, IncusError, Instance, ProjectConfig, StateChange};
+use incus_hpa::incus::{CreateInstance, Incus, IncusError, Instance, LeaseHome, StateChange};
 use incus_hpa::memory::MemorySource;
 use incus_hpa::model::{Memory, GROUP_KEY, OWNER_KEY, UUID_KEY};
 
@@ -18,6 +18,8 @@ pub const FAILS_TO_START: &str = "broken";
 pub const MISSING_IMAGE: &str = "missing";
 /// Images whose workload dies right after every start: the instance starts, then stops.
 pub const CRASHES: &str = "crashy";
+/// The status Incus lists an instance with while its cluster member is offline.
+pub const OFFLINE_STATUS: &str = "Error";
 
 #[derive(Debug, Clone)]
 pub struct FakeInstance {
@@ -29,10 +31,16 @@ pub struct FakeInstance {
     pub last_start: Option<std::time::SystemTime>,
     pub image: String,
     pub memory: Option<Memory>,
+    /// The cluster member it is on (empty when the fake is not a cluster).
+    pub location: String,
 }
 
 #[derive(Default)]
 struct State {
+    /// The cluster's members (none: a single server), the offline ones, and cluster groups.
+    members: Vec<String>,
+    offline: std::collections::BTreeSet<String>,
+    cluster_groups: BTreeMap<String, Vec<String>>,
     instances: BTreeMap<String, FakeInstance>,
     clock: u64,
     calls: BTreeMap<&'static str, u64>,
@@ -60,6 +68,52 @@ struct State {
 }
 
 impl State {
+    /// Where a new instance goes: `target` (a member or `@GROUP`), else the online member
+    /// with the fewest instances, as Incus' scheduler does; empty when not a cluster.
+    fn place(&self, target: Option<&str>) -> Result<String, IncusError> {
+        if self.members.is_empty() {
+            return Ok(String::new());
+        }
+        let candidates: Vec<&String> = match target {
+            Some(t) if t.starts_with('@') => match self.cluster_groups.get(&t[1..]) {
+                Some(members) => members.iter().collect(),
+                None => return Err(api(404, "Cluster group not found")),
+            },
+            Some(m) if self.members.iter().any(|x| x == m) => {
+                vec![self.members.iter().find(|x| *x == m).unwrap()]
+            }
+            Some(_) => return Err(api(404, "Cluster member not found")),
+            None => self.members.iter().collect(),
+        };
+        let load = |m: &str| self.instances.values().filter(|i| i.location == m).count();
+        candidates
+            .into_iter()
+            .filter(|m| !self.offline.contains(*m))
+            .min_by_key(|m| load(m))
+            .cloned()
+            .ok_or_else(|| api(503, "No online cluster member to place the instance on"))
+    }
+
+    /// An instance as the API lists it: on an offline member, as Incus does, only its name,
+    /// project and member, in Error, without its config.
+    fn to_api(&self, name: &str, i: &FakeInstance) -> Instance {
+        let mut out = to_api(name, i);
+        if self.offline.contains(&i.location) {
+            out.status = OFFLINE_STATUS.into();
+            out.config.clear();
+            out.created_at.clear();
+            out.last_used_at.clear();
+        }
+        out
+    }
+
+    fn member_offline(&self, member: &str) -> IncusError {
+        api(
+            500,
+            &format!("Failed to connect to cluster member {member}: connection refused"),
+        )
+    }
+
     /// Tells the followers, as Incus' event stream does.
     fn emit(&mut self, action: &str, name: &str, old_name: Option<&str>) {
         let ev = Lifecycle {
@@ -126,6 +180,7 @@ impl FakeIncus {
                     last_start: None,
                     image: "busybox".into(),
                     memory: None,
+                    location: String::new(),
                 },
             );
             s.emit("created", name, None);
@@ -260,6 +315,41 @@ impl FakeIncus {
         self.with(|s| s.instances.get(name).cloned())
     }
 
+    /// Makes the fake a cluster of `members`, with cluster groups `groups` (name, members).
+    pub fn cluster(&self, members: &[&str], groups: &[(&str, &[&str])]) {
+        self.with(|s| {
+            s.members = members.iter().map(|m| m.to_string()).collect();
+            s.cluster_groups = groups
+                .iter()
+                .map(|(g, ms)| (g.to_string(), ms.iter().map(|m| m.to_string()).collect()))
+                .collect();
+        });
+    }
+
+    /// Takes a cluster member offline (or back).
+    pub fn set_offline(&self, member: &str, offline: bool) {
+        self.with(|s| {
+            if offline {
+                s.offline.insert(member.into());
+            } else {
+                s.offline.remove(member);
+            }
+        });
+    }
+
+    /// How many of the group's instances each member holds.
+    pub fn locations(&self, group: &str) -> BTreeMap<String, usize> {
+        self.with(|s| {
+            let mut out = BTreeMap::new();
+            for i in s.instances.values() {
+                if i.config.get(GROUP_KEY).is_some_and(|g| g == group) {
+                    *out.entry(i.location.clone()).or_default() += 1;
+                }
+            }
+            out
+        })
+    }
+
     pub fn calls(&self, name: &str) -> u64 {
         self.with(|s| s.calls.get(name).copied().unwrap_or(0))
     }
@@ -298,6 +388,17 @@ impl Incus for FakeIncus {
         Ok("fake".into())
     }
 
+    async fn list(&self, project: &str) -> Result<Vec<Instance>, IncusError> {
+        self.call("list")?;
+        Ok(self.with(|s| {
+            s.instances
+                .iter()
+                .filter(|(_, i)| i.project == project)
+                .map(|(n, i)| s.to_api(n, i))
+                .collect()
+        }))
+    }
+
     async fn list_by_config(
         &self,
         project: &str,
@@ -317,14 +418,17 @@ impl Incus for FakeIncus {
                         (value == ".+" && !v.is_empty()) || v.eq_ignore_ascii_case(value)
                     })
                 })
-                .map(|(n, i)| to_api(n, i))
+                .map(|(n, i)| s.to_api(n, i))
                 .collect()
         }))
     }
 
     async fn get(&self, _project: &str, name: &str) -> Result<Option<Instance>, IncusError> {
         self.call("get")?;
-        Ok(self.with(|s| s.instances.get(name).map(|i| to_api(name, i))))
+        self.with(|s| match s.instances.get(name) {
+            Some(i) if s.offline.contains(&i.location) => Err(s.member_offline(&i.location)),
+            found => Ok(found.map(|i| s.to_api(name, i))),
+        })
     }
 
     async fn create(&self, project: &str, req: &CreateInstance) -> Result<(), IncusError> {
@@ -358,6 +462,7 @@ impl Incus for FakeIncus {
                         last_start: None,
                         image: "busybox".into(),
                         memory: None,
+                        location: String::new(),
                     });
                 theirs
                     .config
@@ -371,6 +476,7 @@ impl Incus for FakeIncus {
                     message: "already exists".into(),
                 });
             }
+            let location = s.place(req.target.as_deref())?;
             s.clock += 1;
             let ok = image != FAILS_TO_START && !s.starts_fail;
             let stays_up = ok && image != CRASHES;
@@ -389,6 +495,7 @@ impl Incus for FakeIncus {
                     last_start: (ok && req.start).then(std::time::SystemTime::now),
                     image: image.clone(),
                     memory: if ok { memory } else { None },
+                    location,
                 },
             );
             s.emit("created", &req.name, None);
@@ -457,6 +564,7 @@ impl Incus for FakeIncus {
         self.with(|s| s.overlaps += u64::from(s.creating > 0));
         self.with(|s| match s.instances.get(name) {
             None => Err(api(404, "not found")),
+            Some(i) if s.offline.contains(&i.location) => Err(s.member_offline(&i.location)),
             Some(i) if i.status == "Running" => Err(api(400, "Instance is running")),
             Some(_) => {
                 s.instances.remove(name);
@@ -487,27 +595,46 @@ impl Incus for FakeIncus {
 
     async fn memory_state(&self, _project: &str, name: &str) -> Result<Option<Memory>, IncusError> {
         self.call("memory_state")?;
-        Ok(self.with(|s| s.instances.get(name).and_then(|i| i.memory)))
+        self.with(|s| {
+            let i = s.instances.get(name);
+            if let Some(i) = i.filter(|i| s.offline.contains(&i.location)) {
+                return Err(s.member_offline(&i.location));
+            }
+            Ok(i.and_then(|i| i.memory))
+        })
     }
 
-    async fn memory_metrics(&self, project: &str) -> Result<HashMap<String, Memory>, IncusError> {
+    async fn memory_metrics(
+        &self,
+        project: &str,
+        member: Option<&str>,
+    ) -> Result<HashMap<String, Memory>, IncusError> {
         self.call("memory_metrics")?;
-        // Like incusd: every running (or frozen) instance of the project that has a reading.
+        // Like incusd: every running (or frozen) instance of the project that has a reading,
+        // on the member asked (on a cluster, the first member answers when none is named).
+        let member = member
+            .map(str::to_owned)
+            .or_else(|| self.with(|s| s.members.first().cloned()))
+            .unwrap_or_default();
+        if self.with(|s| s.offline.contains(&member)) {
+            return Err(self.with(|s| s.member_offline(&member)));
+        }
         Ok(self.with(|s| {
             s.instances
                 .iter()
                 .filter(|(_, i)| i.project == project)
+                .filter(|(_, i)| i.location == member)
                 .filter(|(_, i)| matches!(i.status.as_str(), "Running" | "Ready" | "Frozen"))
                 .filter_map(|(n, i)| Some((n.clone(), i.memory?)))
                 .collect()
         }))
     }
 
-    async fn project(&self, project: &str) -> Result<ProjectConfig, IncusError> {
-        self.call("project")?;
+    async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError> {
+        self.call("leases")?;
         Ok(self.with(|s| {
             let (config, version) = s.projects.get(project).cloned().unwrap_or_default();
-            ProjectConfig {
+            LeaseHome {
                 config,
                 description: String::new(),
                 etag: format!("v{version}"),
@@ -515,8 +642,8 @@ impl Incus for FakeIncus {
         }))
     }
 
-    async fn put_project(&self, project: &str, new: &ProjectConfig) -> Result<bool, IncusError> {
-        self.call("put_project")?;
+    async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
+        self.call("put_leases")?;
         Ok(self.with(|s| {
             let raced = s.put_conflicts > 0;
             s.put_conflicts = s.put_conflicts.saturating_sub(1);
@@ -541,7 +668,7 @@ impl FakeIncus {
         self.with(|s| s.put_conflicts = n);
     }
 
-    /// A config key of a project (the leases live there).
+    /// A config key of a project's lease profile.
     pub fn project_key(&self, project: &str, key: &str) -> Option<String> {
         self.with(|s| s.projects.get(project)?.0.get(key).cloned())
     }
@@ -571,6 +698,12 @@ fn to_api(name: &str, i: &FakeInstance) -> Instance {
             |t| humantime::format_rfc3339_nanos(t).to_string(),
         ),
         project: i.project.clone(),
+        unreachable: false,
+        location: if i.location.is_empty() {
+            "none".into()
+        } else {
+            i.location.clone()
+        },
     }
 }
 

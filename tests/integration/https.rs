@@ -1,6 +1,7 @@
 //! HTTPS access to the local incusd for real-Incus tests: `core.https_address` on 127.0.0.1
 //! (set only if it was not, and unset again), a client certificate made here (rcgen) and
-//! trusted under a name of its own, removed from the trust store at the end.
+//! trusted under a name of its own, restricted to the project `default` as the README advises,
+//! and removed from the trust store at the end.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -62,6 +63,9 @@ impl HttpsAccess {
                 access.cert.to_str().unwrap(),
                 "--name",
                 "incus-hpa-test",
+                "--restricted",
+                "--projects",
+                "default",
             ]);
         }
         access

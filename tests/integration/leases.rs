@@ -112,5 +112,5 @@ async fn a_renewal_that_loses_a_race_reads_again() {
         .await
         .unwrap();
     assert_eq!(other.standing("db", "db", now), Standing::Unknown);
-    assert_eq!(fake.calls("put_project"), 6);
+    assert_eq!(fake.calls("put_leases"), 6);
 }

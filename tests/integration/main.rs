@@ -2,6 +2,7 @@
 //! and (ignored unless asked for) the daemon against a real incusd.
 
 mod cli;
+mod cluster;
 mod dashboard;
 mod fake;
 mod https;

@@ -1,5 +1,6 @@
 //! Three daemons on one group, on the real Incus, the first through the unix socket and the
-//! others through HTTPS: the lease lives in the project's config; one daemon acts and the
+//! others through HTTPS with a certificate restricted to the project: the lease lives in the
+//! project's profile `incus-hpa`; one daemon acts and the
 //! others stand by; the group never grows past what one daemon would
 //! make; a SIGKILLed holder is replaced by the other, and a SIGSTOPped one that wakes after its
 //! lease ran out does not act until it holds the lease again.
@@ -26,9 +27,9 @@ fn toml(lab: &Lab, min: u32, max: u32, https: Option<&HttpsAccess>) -> String {
 
 fn holder(group: &str) -> String {
     incus_ok(&[
-        "project",
+        "profile",
         "get",
-        "default",
+        "incus-hpa",
         &format!("user.incus-hpa.lease.{group}"),
     ])
     .trim()

@@ -189,6 +189,7 @@ struct InstanceShape {
     created_at: Field,
     last_used_at: Field,
     project: Field,
+    location: Field,
     /// `None`: absent; `Ok`: a map of strings; `Err`: anything that is not one.
     config: Option<Result<BTreeMap<String, String>, Value>>,
     extra: Vec<(String, Value)>,
@@ -201,6 +202,7 @@ const INSTANCE_KEYS: &[&str] = &[
     "created_at",
     "last_used_at",
     "project",
+    "location",
 ];
 
 fn instance_shape() -> BoxedStrategy<InstanceShape> {
@@ -222,18 +224,22 @@ fn instance_shape() -> BoxedStrategy<InstanceShape> {
         field(strings()),
         field(strings()),
         field(strings()),
+        field(strings()),
         config,
         extra_keys(INSTANCE_KEYS),
     )
         .prop_map(
-            |(name, status, created_at, last_used_at, project, config, extra)| InstanceShape {
-                name,
-                status,
-                created_at,
-                last_used_at,
-                project,
-                config,
-                extra,
+            |(name, status, created_at, last_used_at, project, location, config, extra)| {
+                InstanceShape {
+                    name,
+                    status,
+                    created_at,
+                    last_used_at,
+                    project,
+                    location,
+                    config,
+                    extra,
+                }
             },
         )
         .boxed()
@@ -250,6 +256,7 @@ impl InstanceShape {
         self.created_at.put("created_at", &mut m);
         self.last_used_at.put("last_used_at", &mut m);
         self.project.put("project", &mut m);
+        self.location.put("location", &mut m);
         match &self.config {
             None => {}
             Some(Ok(c)) => {
@@ -272,6 +279,7 @@ impl InstanceShape {
             &self.created_at,
             &self.last_used_at,
             &self.project,
+            &self.location,
         ];
         if strings.iter().any(|f| f.is_other()) {
             return None;
@@ -282,6 +290,8 @@ impl InstanceShape {
             Some(Err(_)) => return None,
         };
         Some(Instance {
+            location: self.location.text(),
+            unreachable: false,
             name: name.clone(),
             status: self.status.text(),
             config,

@@ -335,6 +335,7 @@ fn good(key: &str) -> BoxedStrategy<String> {
         "policy" => select_str(&["\"kubernetes\""]),
         "drain_command" => select_str(&["[\"/bin/sh\", \"-c\", \"sleep 1\"]", "[\"true\"]"]),
         "drain_timeout" => select_str(&["\"1s\"", "\"30s\"", "\"5m\""]),
+        "target" => select_str(&["\"m1\"", "\"@web-nodes\""]),
         "warm_pool" => (0u32..=config::WARM_POOL_MAX)
             .prop_map(|n| n.to_string())
             .boxed(),

@@ -218,6 +218,7 @@ fn observation(p: &Pass) -> Observation {
             .iter()
             .enumerate()
             .map(|(n, i)| ObservedInstance {
+                location: String::new(),
                 name: format!("i{}", n + p.offset),
                 status: i.status,
                 created_at: i.created_at,
