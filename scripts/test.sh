@@ -25,8 +25,12 @@ cargo test --locked --lib --bins --test integration
 # One at a time: Incus 6.0 can stall a container start for 90 s when other clients stop or
 # delete instances at the same moment (see README, Cost), and these tests are such clients
 # for each other.
-echo "== the real-Incus tests (one at a time)"
+echo "== a three-member Incus cluster in nested containers, for the cluster tests (scripts/cluster.sh)"
+bash scripts/cluster.sh up >/dev/null
+echo "== the real-Incus tests, the cluster's among them (one at a time)"
 cargo test --locked --test integration -- --ignored --test-threads=1
+# The members' memory and CPU are not needed by what follows (the image stays cached).
+bash scripts/cluster.sh down
 
 echo "== fault suite (real Incus through a fault proxy, SIGKILL, incusd stopped for 30 s; one at a time)"
 table=target/tmp/faults-table.md

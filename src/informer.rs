@@ -425,7 +425,8 @@ mod tests {
         // What a cluster lists for it once m3 is offline; and a stranger's, never seen.
         let stub = |name: &str| -> Instance {
             serde_json::from_value(serde_json::json!({
-                "name": name, "status": "Error", "location": "m3", "config": {},
+                "name": name, "status": "Error", "status_code": 112, "location": "m3",
+                "config": null, "profiles": null, "created_at": "0001-01-01T00:00:00Z",
             }))
             .unwrap()
         };

@@ -251,8 +251,7 @@ impl Client {
         if env.kind != "async" || env.operation.is_empty() {
             return Ok(Value::Null);
         }
-        let secs = OPERATION_TIMEOUT.as_secs();
-        let wait = format!("{}/wait?timeout={secs}", env.operation);
+        let wait = wait_path(&env.operation, OPERATION_TIMEOUT.as_secs());
         let (_, done) = self
             .send(
                 Method::GET,
@@ -295,6 +294,15 @@ impl Client {
                 err.to_owned()
             },
         })
+    }
+}
+
+/// The `/wait` of an operation whose URL is `operation`, which may carry a query of its own
+/// (`/1.0/operations/ID?project=P` on a cluster): `/1.0/operations/ID/wait?timeout=S&project=P`.
+fn wait_path(operation: &str, secs: u64) -> String {
+    match operation.split_once('?') {
+        Some((path, query)) => format!("{path}/wait?timeout={secs}&{query}"),
+        None => format!("{operation}/wait?timeout={secs}"),
     }
 }
 
@@ -603,6 +611,18 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::enc;
+
+    #[test]
+    fn the_wait_of_an_operation_keeps_its_query() {
+        assert_eq!(
+            super::wait_path("/1.0/operations/ab-12", 120),
+            "/1.0/operations/ab-12/wait?timeout=120"
+        );
+        assert_eq!(
+            super::wait_path("/1.0/operations/ab-12?project=web", 120),
+            "/1.0/operations/ab-12/wait?timeout=120&project=web"
+        );
+    }
 
     #[test]
     fn query_values_are_encoded() {

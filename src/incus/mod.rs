@@ -57,7 +57,8 @@ pub struct Instance {
     pub name: String,
     #[serde(default)]
     pub status: String,
-    #[serde(default)]
+    /// `null` for an instance on a cluster member that does not answer: read as empty.
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub config: HashMap<String, String>,
     #[serde(default)]
     pub created_at: String,
@@ -124,6 +125,14 @@ impl Instance {
         }
         now.duration_since(started).ok()
     }
+}
+
+/// A map that may be `null`.
+fn null_as_empty<'de, D>(d: D) -> Result<HashMap<String, String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Ok(Option::<HashMap<String, String>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// An RFC 3339 time as Incus writes it (UTC, `Z`, up to nanoseconds).

@@ -11,6 +11,7 @@ mod lab;
 mod leases;
 mod operators;
 mod props;
+mod real_cluster;
 mod real_https;
 mod real_incus;
 mod real_leases;

@@ -287,6 +287,8 @@ impl InstanceShape {
         let config = match &self.config {
             None => Default::default(),
             Some(Ok(c)) => c.clone().into_iter().collect(),
+            // What a cluster lists for an instance on a member that does not answer.
+            Some(Err(Value::Null)) => Default::default(),
             Some(Err(_)) => return None,
         };
         Some(Instance {
