@@ -178,10 +178,13 @@ ensure_client_cert() {
     chmod 0600 "$certs/client.key"
     chmod 0644 "$certs/client.crt"
     fingerprint=$(openssl x509 -in "$certs/client.crt" -noout -fingerprint -sha256 | sed 's/.*=//; s/://g' | tr A-F a-f)
-    if ! in_member 1 incus query "/1.0/certificates/$fingerprint" >/dev/null 2>&1; then
-        log "trusting the host's client certificate"
+    # Trusted as the README advises: restricted to the project the tests use.
+    if ! in_member 1 incus query "/1.0/certificates/$fingerprint" 2>/dev/null | grep -q '"restricted": true'; then
+        log "trusting the host's client certificate (restricted to the project default)"
+        in_member 1 incus config trust remove "$fingerprint" >/dev/null 2>&1 || true
         incus file push "$certs/client.crt" hpa-cm1/root/hpa-cm-client.crt >/dev/null
-        in_member 1 incus config trust add-certificate /root/hpa-cm-client.crt --name hpa-cm-host >/dev/null
+        in_member 1 incus config trust add-certificate /root/hpa-cm-client.crt --name hpa-cm-host \
+            --restricted --projects default >/dev/null
         in_member 1 rm -f /root/hpa-cm-client.crt
     fi
     # What a client pins: a cluster member presents the cluster certificate on 8443.

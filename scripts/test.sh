@@ -26,7 +26,9 @@ cargo test --locked --lib --bins --test integration
 # delete instances at the same moment (see README, Cost), and these tests are such clients
 # for each other.
 echo "== a three-member Incus cluster in nested containers, for the cluster tests (scripts/cluster.sh)"
+started=$SECONDS
 bash scripts/cluster.sh up >/dev/null
+echo "cluster up in $((SECONDS - started)) s"
 echo "== the real-Incus tests, the cluster's among them (one at a time)"
 cargo test --locked --test integration -- --ignored --test-threads=1
 # The members' memory and CPU are not needed by what follows (the image stays cached).

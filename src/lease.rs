@@ -108,6 +108,8 @@ pub struct Leases {
     /// Renewals and releases one at a time, and none after the release: a renewal in flight
     /// must not write a lease back after the shutdown gave it up.
     writes: tokio::sync::Mutex<bool>,
+    /// The refusal last logged per project, so that it is logged once, not every renewal.
+    refused: Mutex<HashMap<String, String>>,
 }
 
 impl Leases {
@@ -124,6 +126,7 @@ impl Leases {
             standing: Mutex::new(HashMap::new()),
             groups: Mutex::new(BTreeMap::new()),
             writes: tokio::sync::Mutex::new(false),
+            refused: Mutex::new(HashMap::new()),
         }
     }
 
@@ -151,8 +154,28 @@ impl Leases {
     /// its standings (they run out by themselves).
     pub async fn renew_all(&self, incus: &dyn Incus) {
         for (project, groups) in self.groups() {
-            if let Err(e) = self.renew(incus, &project, &groups).await {
-                tracing::debug!(project, error = %e, "cannot renew the leases of project {project}: {e}");
+            let result = self.renew(incus, &project, &groups).await;
+            let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+            match result {
+                Ok(()) => {
+                    refused.remove(&project);
+                }
+                // Incus away: said by the passes already.
+                Err(e) if e.is_transport() => {
+                    tracing::debug!(project, error = %e, "cannot renew the leases of project {project}: {e}");
+                }
+                // Refused (a certificate that may not write the project's profile
+                // `incus-hpa`): nothing is done in the project until it can; said once.
+                Err(e) => {
+                    let message = e.to_string();
+                    if refused.get(&project) != Some(&message) {
+                        tracing::warn!(project, error = %e,
+                            "cannot take the leases of project {project}: {e}. Nothing is done \
+                             in {project} until this daemon may write the profile {} there",
+                            crate::incus::LEASE_PROFILE);
+                        refused.insert(project, message);
+                    }
+                }
             }
         }
     }

@@ -65,6 +65,8 @@ struct State {
     projects: BTreeMap<String, (BTreeMap<String, String>, u64)>,
     /// The next project writes meet another writer first (HTTP 412).
     put_conflicts: u32,
+    /// Lease writes are refused (HTTP 403), as for a certificate without the right.
+    leases_refused: bool,
 }
 
 impl State {
@@ -644,6 +646,9 @@ impl Incus for FakeIncus {
 
     async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
         self.call("put_leases")?;
+        if self.with(|s| s.leases_refused) {
+            return Err(api(403, "Certificate is restricted"));
+        }
         Ok(self.with(|s| {
             let raced = s.put_conflicts > 0;
             s.put_conflicts = s.put_conflicts.saturating_sub(1);
@@ -663,6 +668,11 @@ impl Incus for FakeIncus {
 }
 
 impl FakeIncus {
+    /// Refuses lease writes (HTTP 403), or stops refusing them.
+    pub fn refuse_leases(&self, refused: bool) {
+        self.with(|s| s.leases_refused = refused);
+    }
+
     /// Makes the next `n` project writes lose a race with another writer.
     pub fn conflict_next_puts(&self, n: u32) {
         self.with(|s| s.put_conflicts = n);

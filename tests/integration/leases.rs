@@ -114,3 +114,18 @@ async fn a_renewal_that_loses_a_race_reads_again() {
     assert_eq!(other.standing("db", "db", now), Standing::Unknown);
     assert_eq!(fake.calls("put_leases"), 6);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_daemon_refused_the_lease_acts_on_nothing_until_it_may_write_it() {
+    let fake = Arc::new(FakeIncus::default());
+    fake.refuse_leases(true);
+    let h = Harness::start(&web(2, 4), fake.clone());
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(fake.managed("web").len(), 0, "acted without a lease");
+    assert!(standby(&h).is_some());
+    // Allowed at last: it takes the lease and the group is made.
+    fake.refuse_leases(false);
+    eventually("2 running", MINUTE, || fake.running("web") == 2).await;
+    assert_eq!(standby(&h), None);
+    h.shutdown().await;
+}
