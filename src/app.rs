@@ -28,8 +28,10 @@ use crate::systemd;
 
 /// `incus-hpa status`: asks the running daemon on its control socket; exit 1 when none answers.
 pub async fn status(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    crate::incus::tls::provider();
-    let client = reqwest::Client::builder().unix_socket(socket).build()?;
+    let client = reqwest::Client::builder()
+        .use_preconfigured_tls(crate::incus::tls::unused())
+        .unix_socket(socket)
+        .build()?;
     let answer = client.get("http://incus-hpa/status").send().await;
     let body = match answer {
         Ok(r) if r.status().is_success() => r.text().await?,

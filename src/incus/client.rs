@@ -79,8 +79,8 @@ impl Client {
     /// A client for the socket at `socket` (not contacted until the first call).
     pub fn new(socket: &str) -> Result<Self, IncusError> {
         let timeout = request_timeout();
-        super::tls::provider();
         let http = reqwest::Client::builder()
+            .use_preconfigured_tls(super::tls::unused())
             .unix_socket(socket)
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(5).min(timeout))

@@ -134,6 +134,17 @@ pub fn provider() -> Arc<CryptoProvider> {
     p
 }
 
+/// The TLS set-up of an HTTP client that never uses TLS (the unix sockets): no roots, no
+/// certificate. Given to reqwest so that it does not build its own, which reads the system's
+/// certificate authorities and fails where there are none (a minimal container).
+pub fn unused() -> ClientConfig {
+    ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
 impl Tls {
     /// Builds the TLS set-up from the files; checks the client certificate's dates now.
     pub fn load(files: &TlsFiles) -> Result<Self, TlsError> {
