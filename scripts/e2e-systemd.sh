@@ -41,6 +41,10 @@ until_ok() {
 }
 cleanup() {
     incus delete --force "$ct" >/dev/null 2>&1 || true
+    # The HTTPS step's certificate and address (set only if it was not).
+    [ -z "${trusted:-}" ] || incus config trust remove "$trusted" >/dev/null 2>&1 || true
+    [ -z "${https_set:-}" ] || incus config unset core.https_address >/dev/null 2>&1 || true
+    [ -z "${tls_dir:-}" ] || rm -rf "$tls_dir"
     # A daemon killed rather than stopped (the watchdog step) may leave its group's lease.
     incus profile unset incus-hpa "user.incus-hpa.lease.$group" >/dev/null 2>&1 || true
     for n in $(incus list -f csv -c n "$key=$group"); do
@@ -139,6 +143,50 @@ until_ok "/metrics on 127.0.0.1:9750 in the container" 30 sh -c \
 in_ct rm $dropin/metrics-tcp.conf
 in_ct systemctl daemon-reload
 desired 3
+
+log "Incus over HTTPS: refused by the unit's sandbox, reached with the packaged drop-in"
+# The host's incusd on 127.0.0.1:8443, reached from the container's own 127.0.0.1:8443 through
+# a proxy device; a client certificate made here, trusted restricted to the project.
+if [ -z "$(incus config get core.https_address)" ]; then
+    incus config set core.https_address 127.0.0.1:8443
+    https_set=1
+fi
+port=$(incus config get core.https_address | sed 's/.*://')
+tls_dir=$(mktemp -d)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:secp384r1 -sha384 -nodes -days 2 \
+    -subj /CN=incus-hpa-e2e -keyout "$tls_dir/client.key" -out "$tls_dir/client.crt" 2>/dev/null
+incus config trust add-certificate "$tls_dir/client.crt" --name "incus-hpa-e2e-$suffix" \
+    --restricted --projects default
+trusted=$(openssl x509 -in "$tls_dir/client.crt" -noout -fingerprint -sha256 | sed 's/.*=//; s/://g' | tr A-F a-f)
+incus file push "$tls_dir/client.crt" "$ct/etc/incus-hpa/client.crt" --mode 0644 >/dev/null
+incus file push "$tls_dir/client.key" "$ct/etc/incus-hpa/client.key" --mode 0640 >/dev/null
+incus file push /var/lib/incus/server.crt "$ct/etc/incus-hpa/server.crt" --mode 0644 >/dev/null
+in_ct chown root:incus-hpa /etc/incus-hpa/client.key
+incus config device add "$ct" incus-https proxy listen=tcp:127.0.0.1:8443 \
+    connect="tcp:127.0.0.1:$port" bind=instance >/dev/null
+desired 3 'incus = "https://127.0.0.1:8443"
+tls_client_cert = "/etc/incus-hpa/client.crt"
+tls_client_key = "/etc/incus-hpa/client.key"
+tls_server_cert = "/etc/incus-hpa/server.crt"'
+in_ct incus-hpa validate >/dev/null || fail "validate refused the HTTPS file"
+in_ct systemctl restart incus-hpa
+sandboxed() { [ "$(journal -o cat | grep -c 'cannot reach Incus.*https://127.0.0.1:8443')" -gt 0 ]; }
+until_ok "HTTPS refused without the drop-in, and said so" 30 sandboxed
+in_ct sh -c "sed 's/^IPAddressAllow=.*/IPAddressAllow=localhost/' \
+    /usr/share/doc/incus-hpa/examples/incus-https.conf > $dropin/incus-https.conf"
+connected() { journal -o cat | grep -c 'connected to Incus' || true; }
+was=$(connected)
+in_ct systemctl daemon-reload
+in_ct systemctl restart incus-hpa
+through() { [ "$(connected)" -gt "$was" ]; }
+until_ok "the daemon reaches Incus over HTTPS" 30 through
+until_ok "status over HTTPS shows the group" 30 sh -c \
+    "incus exec $ct -- incus-hpa status --json | grep -q '\"current\": *3'"
+[ "$(running)" -eq 3 ] || fail "the group changed when the daemon moved to HTTPS"
+in_ct rm $dropin/incus-https.conf
+in_ct systemctl daemon-reload
+desired 3
+in_ct systemctl restart incus-hpa
 
 log "a broken edit"
 in_ct sh -c "printf '[groups.$group]\nmax = 0\n' > $conf"

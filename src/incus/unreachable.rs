@@ -30,6 +30,8 @@ pub enum Problem {
     /// Incus answered over HTTPS but does not trust our client certificate: says how to trust
     /// it.
     Untrusted(String),
+    /// No IP socket may be opened (the systemd unit's sandbox), in the system's words.
+    NoNetwork(String),
     /// Anything else, in the system's words.
     Other(String),
 }
@@ -44,7 +46,10 @@ pub struct Unreachable {
 impl Unreachable {
     /// From the error of a connection to `socket`.
     pub fn from_io(socket: &str, e: &io::Error) -> Self {
+        // EAFNOSUPPORT (RestrictAddressFamilies=), EPERM and EACCES (IPAddressDeny=).
+        let sandboxed = matches!(e.raw_os_error(), Some(97 | 1 | 13));
         let problem = match e.kind() {
+            _ if socket.starts_with("https://") && sandboxed => Problem::NoNetwork(e.to_string()),
             io::ErrorKind::NotFound => Problem::NoSocket,
             io::ErrorKind::PermissionDenied => Problem::PermissionDenied {
                 group: socket_group(Path::new(socket)),
@@ -114,6 +119,12 @@ impl fmt::Display for Unreachable {
             ),
             Problem::Tls(m) => write!(f, "cannot reach Incus at {socket}: {m}"),
             Problem::Untrusted(m) => f.write_str(m),
+            Problem::NoNetwork(m) => write!(
+                f,
+                "cannot reach Incus at {socket}: {m}. The systemd unit allows no network: \
+                 install /usr/share/doc/incus-hpa/examples/incus-https.conf as a drop-in \
+                 (README, Many hosts)"
+            ),
             Problem::NoSocket => write!(
                 f,
                 "cannot reach Incus: no socket at {socket}. Is incusd running? \
@@ -231,6 +242,20 @@ mod tests {
         let e = Outer(io::Error::from(io::ErrorKind::ConnectionRefused));
         let u = Unreachable::from_error("/s", &e, Duration::from_secs(30));
         assert_eq!(u.problem, Problem::Refused);
+    }
+
+    #[test]
+    fn a_sandbox_without_network_names_the_drop_in() {
+        let e = io::Error::from_raw_os_error(97);
+        let msg = Unreachable::from_io("https://10.0.0.1:8443", &e).to_string();
+        assert!(msg.contains("examples/incus-https.conf"), "{msg}");
+        let e = io::Error::from_raw_os_error(1);
+        let msg = Unreachable::from_io("https://10.0.0.1:8443", &e).to_string();
+        assert!(msg.contains("examples/incus-https.conf"), "{msg}");
+        // The socket's permission problem stays what it is.
+        let e = io::Error::from(io::ErrorKind::PermissionDenied);
+        let u = Unreachable::from_io("/var/lib/incus/unix.socket", &e);
+        assert!(matches!(u.problem, Problem::PermissionDenied { .. }));
     }
 
     #[test]
