@@ -212,7 +212,11 @@ start_incusd() {
     if ! incus admin waitready --timeout 2 >/dev/null 2>&1; then
         log "starting incusd in the background (log: /var/log/incus-hpa-incusd.log)"
         mkdir -p /var/log
-        nohup setsid /usr/libexec/incus/incusd --group root >>/var/log/incus-hpa-incusd.log 2>&1 </dev/null &
+        # From /, as a service manager would: a daemon must not hold the caller's directory
+        # (rsync inside `incus copy` fails once that directory is removed).
+        # Nor the script's descriptors (fd 3 is its stdout: a pipe a caller waits on).
+        (cd / && exec nohup setsid /usr/libexec/incus/incusd --group root \
+            >>/var/log/incus-hpa-incusd.log 2>&1 </dev/null 3>&-) &
     fi
     incus admin waitready --timeout 120 || die "incusd did not become ready (see /var/log/incus-hpa-incusd.log)"
 }

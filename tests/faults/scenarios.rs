@@ -287,10 +287,12 @@ impl Incusd {
                 .append(true)
                 .open("/var/log/incus-hpa-incusd.log")
                 .unwrap();
-            // Forked off (`-f`): incusd outlives this test and is never its zombie.
+            // Forked off (`-f`): incusd outlives this test and is never its zombie; from `/`,
+            // so that it holds no directory of this checkout.
             std::process::Command::new("setsid")
                 .arg("-f")
                 .args(&self.cmdline)
+                .current_dir("/")
                 .stdin(std::process::Stdio::null())
                 .stdout(log.try_clone().unwrap())
                 .stderr(log)
