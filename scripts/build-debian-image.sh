@@ -10,7 +10,9 @@ cache=/var/cache/incus-hpa
 tarball=$cache/bookworm-systemd.tar.gz
 log() { printf 'build-debian-image: %s\n' "$*" >&2; }
 
-if incus image show "$alias" >/dev/null 2>&1; then
+# The tarball is also the base of the cluster members' image (scripts/build-member-image.sh):
+# it is rebuilt when missing even if the image is there.
+if incus image show "$alias" >/dev/null 2>&1 && [ -s "$tarball" ]; then
     exit 0
 fi
 mkdir -p "$cache/debootstrap"
@@ -46,5 +48,7 @@ META
     tar -C "$work" -czf "$tarball.tmp" metadata.yaml rootfs
     mv "$tarball.tmp" "$tarball"
 fi
-log "importing image as '$alias'"
-incus image import "$tarball" --alias "$alias" >/dev/null
+if ! incus image show "$alias" >/dev/null 2>&1; then
+    log "importing image as '$alias'"
+    incus image import "$tarball" --alias "$alias" >/dev/null
+fi
