@@ -179,7 +179,6 @@ pub async fn run(socket: Option<&Path>, path: &Path) -> anyhow::Result<ExitCode>
     let reach = match Reach::new(socket, &loaded.state.daemon) {
         Ok(r) => r,
         Err(e) => {
-            tracing::error!("{e:#}: not starting");
             eprintln!("incus-hpa: {e:#}: not starting");
             return Ok(ExitCode::from(EXIT_CONFIG));
         }
