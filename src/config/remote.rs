@@ -9,18 +9,17 @@ use std::path::{Path, PathBuf};
 use super::diag::Collector;
 use super::fields::Fields;
 use crate::incus::tls::TlsFiles;
-use crate::incus::Endpoint;
+use crate::incus::{group_name, Endpoint};
 use crate::model::DaemonSpec;
 
 /// The TLS keys of `[daemon]`.
-pub const TLS_KEYS: &[&str] = &["tls_client_cert", "tls_client_key", "tls_server_cert"];
+pub const TLS_KEYS: [&str; 3] = ["tls_client_cert", "tls_client_key", "tls_server_cert"];
 
 /// Reads `incus` and the TLS keys into `d`.
 pub fn read(c: &mut Collector, t: &mut Fields, d: &mut DaemonSpec, check_files: bool) {
     let incus = t.string(c, "incus");
-    let mut paths: Vec<Option<(PathBuf, std::ops::Range<usize>)>> = Vec::new();
-    for key in TLS_KEYS {
-        let p = t.string(c, key).and_then(|(p, span)| {
+    let [cert, key, server] = TLS_KEYS.map(|key| {
+        t.string(c, key).and_then(|(p, span)| {
             if p.starts_with('/') {
                 Some((PathBuf::from(p), span))
             } else {
@@ -31,10 +30,8 @@ pub fn read(c: &mut Collector, t: &mut Fields, d: &mut DaemonSpec, check_files: 
                 );
                 None
             }
-        });
-        paths.push(p);
-    }
-    let [cert, key, server] = <[_; 3]>::try_from(paths).expect("three TLS keys");
+        })
+    });
     let Some((text, span)) = incus else {
         warn_unused(c, t, [&cert, &key, &server]);
         return;
@@ -127,16 +124,6 @@ pub fn key_mode_ok(mode: u32, uid: u32, group: Option<&str>) -> Result<(), Strin
         "a private key readable by others (mode {perms:04o}) is refused: chmod 600 it, or \
          chown root:incus-hpa and chmod 640"
     ))
-}
-
-fn group_name(gid: u32) -> Option<String> {
-    let text = std::fs::read_to_string("/etc/group").ok()?;
-    text.lines().find_map(|l| {
-        let mut f = l.split(':');
-        let name = f.next()?;
-        f.next()?;
-        (f.next()?.parse::<u32>().ok()? == gid).then(|| name.to_owned())
-    })
 }
 
 #[cfg(test)]

@@ -78,53 +78,51 @@ fn request_timeout() -> Duration {
 impl Client {
     /// A client for the socket at `socket` (not contacted until the first call).
     pub fn new(socket: &str) -> Result<Self, IncusError> {
-        let timeout = request_timeout();
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .use_preconfigured_tls(super::tls::unused())
-            .unix_socket(socket)
-            .timeout(timeout)
-            .connect_timeout(Duration::from_secs(5).min(timeout))
-            .build()
-            .map_err(|e| IncusError::Transport(Unreachable::from_error(socket, &e, timeout)))?;
-        Ok(Self {
-            http,
-            base: "http://incus".into(),
-            socket: socket.to_owned(),
-            tls: None,
-            timeout,
-            counted: None,
-            requests: AtomicU64::new(0),
-        })
+            .unix_socket(socket);
+        Self::build(builder, "http://incus".into(), socket.to_owned(), None)
     }
 
     /// A client for Incus at `endpoint`: its socket, or HTTPS with `tls` (required there).
     pub fn connect(endpoint: &Endpoint, tls: Option<Tls>) -> Result<Self, IncusError> {
-        let (Endpoint::Https { .. }, Some(tls)) = (endpoint, tls) else {
-            return match endpoint {
-                Endpoint::Unix(p) => Self::new(&p.to_string_lossy()),
-                Endpoint::Https { .. } => Err(IncusError::Transport(Unreachable {
-                    socket: endpoint.to_string(),
-                    problem: super::Problem::Tls(
-                        "HTTPS needs a client certificate: set [daemon] tls_client_cert and \
-                         tls_client_key"
-                            .into(),
-                    ),
-                })),
-            };
-        };
+        match (endpoint, tls) {
+            (Endpoint::Unix(p), _) => Self::new(&p.to_string_lossy()),
+            (Endpoint::Https { .. }, None) => Err(IncusError::Transport(Unreachable {
+                socket: endpoint.to_string(),
+                problem: super::Problem::Tls(
+                    "HTTPS needs a client certificate: set [daemon] tls_client_cert and \
+                     tls_client_key"
+                        .into(),
+                ),
+            })),
+            (Endpoint::Https { .. }, Some(tls)) => {
+                let url = endpoint.to_string();
+                let builder =
+                    reqwest::Client::builder().use_preconfigured_tls((*tls.config).clone());
+                Self::build(builder, url.clone(), url, Some(tls))
+            }
+        }
+    }
+
+    /// The client `builder` makes, with the request timeouts, sending to `base`.
+    fn build(
+        builder: reqwest::ClientBuilder,
+        base: String,
+        socket: String,
+        tls: Option<Tls>,
+    ) -> Result<Self, IncusError> {
         let timeout = request_timeout();
-        let url = endpoint.to_string();
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls((*tls.config).clone())
+        let http = builder
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(5).min(timeout))
             .build()
-            .map_err(|e| IncusError::Transport(Unreachable::from_error(&url, &e, timeout)))?;
+            .map_err(|e| IncusError::Transport(Unreachable::from_error(&socket, &e, timeout)))?;
         Ok(Self {
             http,
-            base: url.clone(),
-            socket: url,
-            tls: Some(tls),
+            base,
+            socket,
+            tls,
             timeout,
             counted: None,
             requests: AtomicU64::new(0),

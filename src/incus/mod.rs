@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{InstanceStatus, Memory};
 pub use endpoint::{Endpoint, DEFAULT_HTTPS_PORT};
+pub(crate) use unreachable::group_name;
 pub use unreachable::{Problem, Unreachable};
 
 /// What went wrong talking to Incus, one variant per layer.

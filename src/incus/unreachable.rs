@@ -180,7 +180,12 @@ fn find_tls(e: &(dyn std::error::Error + 'static)) -> Option<String> {
 /// The name of the group owning `path` (its gid when `/etc/group` does not name it).
 fn socket_group(path: &Path) -> Option<String> {
     let gid = std::fs::metadata(path).ok()?.gid();
-    Some(name_of("/etc/group", gid).unwrap_or_else(|| gid.to_string()))
+    Some(group_name(gid).unwrap_or_else(|| gid.to_string()))
+}
+
+/// The name of group `gid` in `/etc/group`, when it has one.
+pub(crate) fn group_name(gid: u32) -> Option<String> {
+    name_of("/etc/group", gid)
 }
 
 /// This process's user name (its uid when `/etc/passwd` does not name it).

@@ -59,11 +59,8 @@ pub struct AutoSource {
 #[async_trait]
 impl MemorySource for AutoSource {
     async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>> {
-        let out = self.cgroup.read(project, names).await;
-        fill_missing(out, names, |missing| async move {
-            self.api.read(project, &missing).await
-        })
-        .await
+        self.read_placed(project, names, &vec![String::new(); names.len()])
+            .await
     }
 
     async fn read_placed(
@@ -73,15 +70,14 @@ impl MemorySource for AutoSource {
         members: &[String],
     ) -> Vec<Option<Memory>> {
         let out = self.cgroup.read(project, names).await;
-        let member_of = |name: &String| {
-            names
-                .iter()
-                .position(|n| n == name)
-                .and_then(|i| members.get(i).cloned())
-                .unwrap_or_default()
-        };
+        // The members of the names the cgroup files lack, in the order `fill_missing` asks.
+        let placed: Vec<String> = members
+            .iter()
+            .zip(&out)
+            .filter(|(_, m)| m.is_none())
+            .map(|(member, _)| member.clone())
+            .collect();
         fill_missing(out, names, |missing| async move {
-            let placed: Vec<String> = missing.iter().map(member_of).collect();
             self.api.read_placed(project, &missing, &placed).await
         })
         .await

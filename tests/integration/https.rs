@@ -73,14 +73,22 @@ impl HttpsAccess {
 
     /// The `[daemon]` keys that reach Incus this way.
     pub fn daemon_keys(&self) -> String {
-        format!(
-            "incus = \"{}\"\ntls_client_cert = \"{}\"\ntls_client_key = \"{}\"\ntls_server_cert = \"{}\"\n",
-            self.url,
-            self.cert.display(),
-            self.key.display(),
-            self.server.display()
+        let path = |p: &PathBuf| p.display().to_string();
+        daemon_keys(
+            &self.url,
+            &path(&self.cert),
+            &path(&self.key),
+            &path(&self.server),
         )
     }
+}
+
+/// The `[daemon]` keys that reach Incus at `url` with these files.
+pub fn daemon_keys(url: &str, cert: &str, key: &str, server: &str) -> String {
+    format!(
+        "incus = \"{url}\"\ntls_client_cert = \"{cert}\"\ntls_client_key = \"{key}\"\n\
+         tls_server_cert = \"{server}\"\n"
+    )
 }
 
 impl Drop for HttpsAccess {

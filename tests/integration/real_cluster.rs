@@ -64,10 +64,7 @@ impl Cluster {
     }
 
     fn daemon_keys(&self) -> String {
-        format!(
-            "incus = \"{}\"\ntls_client_cert = \"{}\"\ntls_client_key = \"{}\"\ntls_server_cert = \"{}\"\n",
-            self.url, self.cert, self.key, self.server
-        )
+        crate::https::daemon_keys(&self.url, &self.cert, &self.key, &self.server)
     }
 }
 
