@@ -46,7 +46,7 @@ cleanup() {
     [ -z "${https_set:-}" ] || incus config unset core.https_address >/dev/null 2>&1 || true
     [ -z "${tls_dir:-}" ] || rm -rf "$tls_dir"
     # A daemon killed rather than stopped (the watchdog step) may leave its group's lease.
-    incus profile unset incus-hpa "user.incus-hpa.lease.$group" >/dev/null 2>&1 || true
+    incus profile unset incus-hpa.leases "user.incus-hpa.lease.$group" >/dev/null 2>&1 || true
     for n in $(incus list -f csv -c n "$key=$group"); do
         [ "$(incus config get "$n" "$key" 2>/dev/null)" = "$group" ] && incus delete --force "$n" >/dev/null 2>&1
     done

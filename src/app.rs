@@ -3,7 +3,6 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -152,12 +151,9 @@ fn context(reach: &Reach, lease: std::time::Duration) -> anyhow::Result<Context>
         }),
         incus,
         store: Arc::new(Store::default()),
-        stop: Arc::new(AtomicBool::new(false)),
+        stop: Arc::new(crate::act::Shutdown::default()),
         telemetry,
-        leases: Arc::new(crate::lease::Leases::new(
-            crate::lease::Leases::holder_id(),
-            lease,
-        )),
+        leases: Arc::new(crate::lease::Leases::new(lease)),
     })
 }
 

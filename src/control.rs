@@ -59,6 +59,10 @@ pub struct GroupStatus {
     pub max: u32,
     pub unhealthy: u32,
     pub warm: u32,
+    /// Instances whose start failed too often in a row: not counted in `current`, replaced,
+    /// left in place (their start is retried with a backoff).
+    #[serde(default)]
+    pub failing: Vec<String>,
     /// Mean memory use of the measured instances, percent; `null` when unknown.
     pub utilization: Option<f64>,
     pub threshold: f64,
@@ -69,8 +73,9 @@ pub struct GroupStatus {
     /// RFC 3339, UTC: the next pass at the latest.
     pub next_pass: Option<String>,
     pub last_error: Option<String>,
-    /// Another daemon holds the group's lease and acts on it: its holder id (`HOST:PID:TAG`);
-    /// `null` when this daemon does.
+    /// Another daemon holds the group's lease and acts on it: its holder (`HOST:PID:TAG`), or
+    /// `nobody: WHY` when the project's lease store cannot be used; `null` when this daemon
+    /// acts.
     #[serde(default)]
     pub standby: Option<String>,
 }
@@ -187,7 +192,7 @@ impl Default for Telemetry {
         let instances = Family::<InstanceLabels, Gauge>::default();
         registry.register(
             "instances",
-            "Instances of a group by state: current (in service), desired, min, max, unhealthy, warm",
+            "Instances of a group by state: current (in service), desired, min, max, unhealthy, warm, failing (to start)",
             instances.clone(),
         );
         let utilization = Family::default();
@@ -323,6 +328,7 @@ impl Telemetry {
                 ("max", g.max),
                 ("unhealthy", g.unhealthy),
                 ("warm", g.warm),
+                ("failing", g.failing.len() as u32),
             ] {
                 self.instances
                     .get_or_create(&InstanceLabels {

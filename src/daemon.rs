@@ -4,7 +4,6 @@
 //! Shutdown lets the action in flight finish and starts no new one. A reload that fails keeps
 //! the last good desired state in force and says so in the log and in `STATUS=`.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -55,6 +54,14 @@ pub enum Waited {
     /// A shutdown was asked for first.
     Shutdown,
 }
+
+/// How long a shutdown waits for the actions in flight, at most. The unit's
+/// `TimeoutStopSec=180s` is the whole budget: a drain is cut short at once, a graceful stop
+/// lasts at most `stop_timeout` (2 minutes at most) plus 5 s, a forced stop and a delete are
+/// waited for 20 s each (about a second each in practice); the leases are then given up
+/// within 5 s. 120 + 5 + 20 + 20 = 165 s of actions, cut at 165 s, plus 5 s: 170 s, within
+/// 180 s.
+pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(165);
 
 /// Longest wait between two tries to reach Incus at start: connecting to a unix socket costs
 /// nothing, and the daemon should be working within seconds of Incus being up.
@@ -135,6 +142,7 @@ pub async fn run_loop(
         tokio::select! {
             _ = sleep_until(next) => {
                 let mut shutdown = false;
+                let mut deadline = Instant::now();
                 let mut back = false;
                 let mut changed = Vec::new();
                 {
@@ -143,6 +151,14 @@ pub async fn run_loop(
                     loop {
                         tokio::select! {
                             _ = &mut work => break,
+                            _ = sleep_until(deadline), if shutdown => {
+                                tracing::warn!(
+                                    "the actions in flight did not end within {}: stopping \
+                                     without waiting for them (their instances are left as \
+                                     they are, the daemon's own; its next start finishes the \
+                                     job)", humantime::format_duration(SHUTDOWN_BUDGET));
+                                break;
+                            }
                             ev = events.recv(), if !shutdown => match ev {
                                 Some(Event::Reload) => reload = true,
                                 Some(Event::InstanceChanged { project, name }) => changed.push((project, name)),
@@ -150,8 +166,9 @@ pub async fn run_loop(
                                 Some(Event::Dump) => dump(&ctx),
                                 Some(Event::Shutdown) | None => {
                                     tracing::info!("shutting down after the action in flight");
-                                    ctx.stop.store(true, Ordering::SeqCst);
+                                    ctx.stop.set();
                                     shutdown = true;
+                                    deadline = Instant::now() + SHUTDOWN_BUDGET;
                                 }
                             },
                             _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),

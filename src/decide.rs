@@ -13,9 +13,12 @@
 //!   scale-down goes only as low as the highest
 //!   recommendation of its stabilization window, scale-up only as high as the lowest of its own.
 //!   Missing metrics never lead to a scale-down: on the way up they count as 0 %, and if that
-//!   lands within tolerance, the count is kept. Optional step limits cap how much the desired
-//!   count may move per `interval`, however many passes run (never when restoring min or max);
-//!   without them, scale-up is capped as Kubernetes caps it by default. With `policy =
+//!   lands within tolerance, the count is kept. Optional step limits cap how many instances
+//!   are added or removed per `interval`, however many passes run (never when restoring min
+//!   or max): the desired count moves at most a step away from the capacity there is, so a
+//!   count that moved while nothing could be done (a pause, a standby, failed deletes) never
+//!   turns into a burst of actions later; without them, scale-up is capped as Kubernetes caps
+//!   it by default. With `policy =
 //!   "adaptive"` (the default) the recommendation comes from [`adaptive`] instead, inside the
 //!   same bounds, missing-metric guard and windows.
 //! - **Actions** bring the capacity (healthy and restarting instances) to the desired count.
@@ -35,7 +38,9 @@ use crate::model::{
     ScaleDownOrder,
 };
 use health::Class;
-pub use health::{CRASH_LIMIT, CRASH_RESET, CRASH_WINDOW, UNHEALTHY_CONFIRM};
+pub use health::{
+    CRASH_LIMIT, CRASH_RESET, CRASH_WINDOW, CREATING_MAX, START_FAILURE_LIMIT, UNHEALTHY_CONFIRM,
+};
 pub use history::History;
 pub use ownership::{owner_value, ownership, Ownership};
 
@@ -80,13 +85,26 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         Reason::BelowMin | Reason::AboveMax => (recommendation, reason, false),
         _ => {
             let (desired, reason) = stabilize(spec, base, recommendation, reason, history, now);
-            let (desired, step_limited) = limit_step(spec, base, desired, history, now);
+            let (desired, step_limited) = limit_step(spec, base, capacity, desired, history, now);
             (desired, reason, step_limited)
         }
     };
     history.record(spec, now, base, recommendation, desired);
     history.estimates.scaled(spec, now, base, desired);
     let (actions, protected) = actions(spec, &classes, base, capacity, desired, reason);
+    if !spec.paused {
+        // What step limits count: instances brought in (replacements too: a step is about
+        // how fast the group changes) and instances taken out of service.
+        let added = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Create { .. } | Action::Promote { .. }))
+            .count() as u32;
+        let removed = actions
+            .iter()
+            .filter(|a| matches!(a.cause(), Cause::ScaleDown | Cause::Surplus))
+            .count() as u32;
+        history.acted(spec, now, added, removed);
+    }
     // A scale-down that protected instances cut short says so.
     let reason = if protected > 0 {
         Reason::Protected
@@ -103,6 +121,8 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
             Class::Unhealthy { since } => since.checked_add(spec.unhealthy_grace),
             Class::Suspect { since } => since.checked_add(UNHEALTHY_CONFIRM),
             Class::Unreachable { since } => since.checked_add(spec.unhealthy_grace),
+            Class::Creating { until } => Some(*until),
+            Class::Failing { retry } => *retry,
             _ => None,
         })
         .min()
@@ -112,6 +132,11 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         healthy,
         unhealthy: count(&classes, |c| c.is_unhealthy()),
         warm: count(&classes, |c| c == Class::Warm),
+        failing: classes
+            .iter()
+            .filter(|(_, c)| matches!(c, Class::Failing { .. }))
+            .map(|(i, _)| i.name.clone())
+            .collect(),
         previous: base,
         desired,
         utilization,
@@ -197,33 +222,41 @@ fn count(classes: &[(&ObservedInstance, Class)], f: impl Fn(Class) -> bool) -> u
 /// The period of Kubernetes' default scale-up rate.
 pub const K8S_RATE_PERIOD: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// Caps a change of the desired count to the group's step limits, counting what the desired
-/// count already moved during the last `interval` (so extra passes do not add up); says whether
-/// it did. Without a `max_scale_up_step`, the `kubernetes` policy caps scale-up as Kubernetes
-/// does by default: within 15 s, to the larger of +4 and +100 % of the count at the period's
-/// start.
+/// Caps a change of the desired count to the group's step limits, counting the scale-up
+/// additions and scale-down removals already planned during the last `interval` (so extra
+/// passes do not add up); says whether it did. The step is taken from the nearer of the
+/// desired count so far (`base`) and the `capacity` there is, so that the actions a pass plans
+/// (the capacity brought to the desired count) stay within a step per interval even when the
+/// desired count moved while nothing could be done. Without a `max_scale_up_step`, the `kubernetes` policy caps scale-up as
+/// Kubernetes does by default: within 15 s, to the larger of +4 and +100 % of the count at the
+/// period's start.
 fn limit_step(
     spec: &GroupSpec,
     base: u32,
+    capacity: u32,
     desired: u32,
     history: &History,
     now: Instant,
 ) -> (u32, bool) {
-    let (added, removed) = history.changed_within(now, spec.interval);
+    let (added, removed) = history.acted_within(now, spec.interval);
     let (base_i, desired_i) = (i64::from(base), i64::from(desired));
+    // Up from the lower of the two, down from the higher: never further than a step from
+    // what runs, nor than a step from what was decided.
+    let (low, high) = (base.min(capacity), base.max(capacity));
+    let (low, high) = (i64::from(low), i64::from(high));
     let limited = if desired > base {
         match (spec.max_scale_up_step, spec.policy) {
-            (Some(s), _) => desired_i.min((base_i - added + i64::from(s)).max(base_i)),
+            (Some(s), _) => desired_i.min((low - added + i64::from(s)).max(base_i)),
             (None, Policy::Kubernetes) => {
                 let (added, _) = history.changed_within(now, K8S_RATE_PERIOD);
-                let start = (base_i - added).max(0);
+                let start = (low - added).max(0);
                 desired_i.min((start + 4).max(2 * start).max(base_i))
             }
             (None, Policy::Adaptive) => desired_i,
         }
     } else {
         spec.max_scale_down_step.map_or(desired_i, |s| {
-            desired_i.max((base_i + removed - i64::from(s)).min(base_i))
+            desired_i.max((high + removed - i64::from(s)).min(base_i))
         })
     };
     let limited = u32::try_from(limited.max(0)).unwrap_or(u32::MAX);
@@ -389,6 +422,10 @@ fn actions(
                     cause: *cause,
                 })
             }
+            Class::Failing { retry: None } => Some(Action::Start {
+                name: i.name.clone(),
+                cause: Cause::StartRetry,
+            }),
             _ => None,
         })
         .collect();

@@ -493,6 +493,13 @@ pub enum Note {
         status: InstanceStatus,
         grace: Duration,
     },
+    /// Its start failed `failures` times in a row: no longer counted as capacity, replaced
+    /// (within `max`), left in place, its start tried again in `retry_in`.
+    FailingStart {
+        instance: String,
+        failures: u32,
+        retry_in: Duration,
+    },
     /// It was just seen on a cluster member that does not answer: still counted (so no
     /// scale-down), replaced after the grace period if the member is still away.
     Unreachable {
@@ -513,6 +520,8 @@ pub struct Plan {
     pub unhealthy: u32,
     /// Stopped instances of the warm pool.
     pub warm: u32,
+    /// Instances whose start failed too often in a row: not capacity, left in place.
+    pub failing: Vec<String>,
     /// The desired count before this pass.
     pub previous: u32,
     /// How many instances should serve: the group's desired count from now on.

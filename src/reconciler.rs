@@ -9,13 +9,12 @@
 //! off because Incus was unreachable is retried as soon as Incus is back.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::act::{self, Outcome};
+use crate::act::{self, ActError, Done, Outcome, Shutdown};
 use crate::control::{GroupStatus, LastAction, Status, Telemetry};
 use crate::decide::{decide, History};
 use crate::incus::{Incus, IncusError};
@@ -42,7 +41,7 @@ pub enum ReconcileError {
     Act {
         failed: usize,
         total: usize,
-        first: IncusError,
+        first: ActError,
     },
 }
 
@@ -66,8 +65,9 @@ pub struct Context {
     /// The informer's cache of instances, fed by the event follower.
     pub store: Arc<Store>,
     pub memory: MemoryFactory,
-    /// Set on shutdown: the action in flight completes, no new one starts.
-    pub stop: Arc<AtomicBool>,
+    /// Set on shutdown: the action in flight completes (a drain is cut short), no new one
+    /// starts.
+    pub stop: Arc<Shutdown>,
     /// Counters and the status board, served on the control socket.
     pub telemetry: Arc<Telemetry>,
     /// Which groups this daemon may act on (leader leases).
@@ -81,6 +81,8 @@ pub struct Summary {
     pub desired: u32,
     pub unhealthy: u32,
     pub warm: u32,
+    /// Instances whose start keeps failing (not capacity, left in place).
+    pub failing: Vec<String>,
     pub utilization: Option<f64>,
     pub reason: Reason,
     pub error: Option<String>,
@@ -255,7 +257,7 @@ impl Reconciler {
             .filter(|g| {
                 self.ctx
                     .leases
-                    .standing(&g.spec.project, g.spec.name.as_str(), now)
+                    .standing(&g.spec.project, g.spec.name.as_str())
                     == Standing::Unknown
             })
             .map(|g| g.spec.project.clone())
@@ -263,14 +265,12 @@ impl Reconciler {
         let all = self.ctx.leases.groups();
         for project in unknown {
             let groups = all.get(&project).cloned().unwrap_or_default();
-            if let Err(e) = self
+            let result = self
                 .ctx
                 .leases
                 .renew(self.ctx.incus.as_ref(), &project, &groups)
-                .await
-            {
-                tracing::debug!(project, error = %e, "cannot read the leases of project {project}: {e}");
-            }
+                .await;
+            self.ctx.leases.say(&project, result);
         }
         let ctx = &self.ctx;
         let memory = self.memory.as_ref();
@@ -310,6 +310,7 @@ impl Reconciler {
                         desired: 0,
                         unhealthy: 0,
                         warm: 0,
+                        failing: Vec::new(),
                         utilization: None,
                         reason: Reason::NoMetrics,
                         error: None,
@@ -363,6 +364,7 @@ impl Reconciler {
                     max: s.max,
                     unhealthy: last.map_or(0, |l| l.unhealthy),
                     warm: last.map_or(0, |l| l.warm),
+                    failing: last.map(|l| l.failing.clone()).unwrap_or_default(),
                     utilization: last.and_then(|l| l.utilization),
                     threshold: s.memory_threshold,
                     reason: last.map_or_else(|| "pending".into(), |l| l.reason.to_string()),
@@ -421,19 +423,20 @@ async fn reconcile(
     for note in &plan.notes {
         report::note(spec, note);
     }
-    // Only the holder of the group's lease acts; it starts nothing past the lease's end.
-    let (until, standby) =
-        match ctx
-            .leases
-            .standing(&spec.project, spec.name.as_str(), Instant::now())
-        {
-            Standing::Held { until } => (Some(until), None),
-            Standing::Standby { holder } => (None, Some(holder)),
-            Standing::Unknown => (None, Some("another daemon (not known yet)".to_owned())),
-        };
+    // Only the holder of the group's lease acts; it does nothing past the lease's end.
+    let standby = ctx
+        .leases
+        .standing(&spec.project, spec.name.as_str())
+        .standby();
     let changed = g.last.as_ref().is_none_or(|p| {
-        (p.current, p.desired, p.reason, &p.standby)
-            != (plan.current, plan.desired, plan.reason, &standby)
+        (p.current, p.desired, p.reason, &p.standby, &p.failing)
+            != (
+                plan.current,
+                plan.desired,
+                plan.reason,
+                &standby,
+                &plan.failing,
+            )
     });
     let busy = standby.is_none() && !plan.actions.is_empty();
     report::decision(spec, &plan, changed || busy, standby.as_deref());
@@ -442,27 +445,43 @@ async fn reconcile(
         desired: plan.desired,
         unhealthy: plan.unhealthy,
         warm: plan.warm,
+        failing: plan.failing.clone(),
         utilization: plan.utilization,
         reason: plan.reason,
         error: None,
         standby: standby.clone(),
     };
-    let Some(until) = until else {
+    if standby.is_some() || plan.actions.is_empty() {
         return Ok((summary, plan.requeue_in, Vec::new()));
-    };
-    let outcomes = act::apply(
-        ctx.incus.as_ref(),
-        &ctx.store,
-        spec,
+    }
+    let (project, group) = (spec.project.as_str(), spec.name.as_str());
+    let fence = || ctx.leases.holds(project, group);
+    let applied = act::apply(
+        &act::Ctx {
+            incus: ctx.incus.as_ref(),
+            store: &ctx.store,
+            spec,
+            shutdown: &ctx.stop,
+            fence: &fence,
+        },
         &plan.actions,
-        &ctx.stop,
         parallel,
-        until,
     )
     .await;
     let done = Instant::now();
+    let mut requeue_in = plan.requeue_in;
+    if applied.fenced > 0 {
+        tracing::warn!(
+            group,
+            fenced = applied.fenced,
+            "{} action(s) of {group} not started: this daemon's lease of the group ran out \
+             (renewing it); looking at {group} again now",
+            applied.fenced
+        );
+        requeue_in = Some(Duration::ZERO);
+    }
     let mut removed = Vec::new();
-    for o in &outcomes {
+    for o in &applied.outcomes {
         let ok = o.result.is_ok();
         ctx.telemetry
             .action(spec.name.as_str(), &spec.project, o.action, ok, o.took);
@@ -470,19 +489,33 @@ async fn reconcile(
             at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             kind: o.action.to_owned(),
             instance: o.instance.clone(),
-            outcome: if ok { "ok" } else { "failed" }.to_owned(),
+            outcome: match o.result {
+                Ok(Done::Finished) => "ok",
+                Ok(Done::StillRunning) => "pending",
+                Err(_) => "failed",
+            }
+            .to_owned(),
         });
-        match o.action {
-            "create" if o.result.is_ok() => g.history.created(&o.instance),
-            "start" | "promote" => g.history.started(spec, &o.instance, o.result.is_ok(), done),
-            "delete" => removed.push(o.instance.clone()),
+        match (o.action, &o.result) {
+            ("create", Ok(Done::Finished)) => g.history.created(&o.instance),
+            ("create" | "create-warm", Ok(Done::StillRunning)) => {
+                g.history.creating(&o.instance, done)
+            }
+            // A start refused or fenced off says nothing of the instance itself.
+            ("start" | "promote", Err(ActError::Refused { .. } | ActError::LeaseLost { .. })) => {}
+            ("start" | "promote", _) => g.history.started(spec, &o.instance, ok, done),
+            ("delete", _) => removed.push(o.instance.clone()),
             _ => {}
         }
     }
     let total = plan.actions.len();
-    let mut failed: Vec<Outcome> = outcomes.into_iter().filter(|o| o.result.is_err()).collect();
+    let mut failed: Vec<Outcome> = applied
+        .outcomes
+        .into_iter()
+        .filter(|o| o.result.is_err())
+        .collect();
     if failed.is_empty() {
-        return Ok((summary, plan.requeue_in, removed));
+        return Ok((summary, requeue_in, removed));
     }
     let n = failed.len();
     let first = failed.remove(0).result.expect_err("filtered on errors");

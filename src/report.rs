@@ -69,6 +69,9 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
     if plan.unhealthy > 0 {
         extra.push(format!("{} unhealthy", plan.unhealthy));
     }
+    if !plan.failing.is_empty() {
+        extra.push(format!("failing to start: {}", plan.failing.join(", ")));
+    }
     if !extra.is_empty() {
         msg = format!("{msg}; {}", extra.join(", "));
     }
@@ -109,6 +112,16 @@ pub fn note(spec: &GroupSpec, note: &Note) {
             status = %status,
             "{instance} is {status}: it no longer counts as capacity and is replaced now; \
              removed if it is still {status} in {}", human(*grace)),
+        Note::FailingStart {
+            instance,
+            failures,
+            retry_in,
+        } => tracing::warn!(group = g, instance = %instance, reason = "failing-start",
+            failures,
+            "{instance} failed to start {failures} times in a row: it no longer counts as \
+             capacity and is replaced (within max); it is left in place, and its start is tried \
+             again in {} (incus info --show-log {instance} tells why it fails)",
+            human(*retry_in)),
         Note::Unreachable {
             instance,
             member,
@@ -228,6 +241,7 @@ mod tests {
             desired: 2,
             unhealthy: 0,
             warm: 0,
+            failing: Vec::new(),
             utilization: Some(50.0),
             reason: Reason::BelowMin,
             error: Some("x".repeat(3000)),

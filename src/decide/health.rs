@@ -6,12 +6,19 @@
 //!   failed, in which case it waits for its backoff. A stop less than [`CRASH_WINDOW`] after its
 //!   start is a crash; the first is restarted at once, the next ones after `restart_backoff`,
 //!   doubling up to [`RESTART_BACKOFF_MAX`]; the [`CRASH_LIMIT`]th crash in a row replaces it. A
-//!   failed start is retried with the same backoff and never removes the instance.
+//!   failed start is retried with the same backoff and never removes the instance; after
+//!   [`START_FAILURE_LIMIT`] failed starts in a row it is **failing**: no longer capacity (so a
+//!   replacement is made, within `max`, and it never holds a scale-down back as a missing
+//!   reading), left in place and still retried, named in the journal, `status` and the metrics.
+//! - **Creating**: an instance whose creation Incus did not say the end of (a slow image
+//!   unpack) counts as capacity and is neither started nor removed for [`CREATING_MAX`], or
+//!   until it is seen running.
 //! - **Unhealthy** (in Error at once; Frozen or in a transition once it has stayed so for
 //!   [`UNHEALTHY_CONFIRM`], since `incus copy` freezes its source for a moment): not capacity, so
 //!   a replacement is created (the group may surge above `max` by its unhealthy instances);
 //!   removed once it has been unhealthy for `unhealthy_grace`. Until it is confirmed it still
-//!   counts, unmeasured (so no scale-down), and is never chosen for removal.
+//!   counts, unmeasured (so no scale-down), and is never chosen for removal, however short
+//!   `unhealthy_grace` is (an instance seen once during an `incus restart` is not removed).
 //! - **Unreachable** (on a cluster member that does not answer): nothing can be read of it or
 //!   done to it. It still counts, unmeasured (so no scale-down), for `unhealthy_grace`; then
 //!   it is **lost**: no longer capacity, so a replacement is created (the group's count stays
@@ -35,6 +42,10 @@ pub const CRASH_RESET: Duration = Duration::from_secs(600);
 pub const CRASH_LIMIT: u32 = 5;
 /// How long an instance must stay frozen or in a transition before it counts as unhealthy.
 pub const UNHEALTHY_CONFIRM: Duration = Duration::from_secs(5);
+/// Failed starts in a row after which an instance no longer counts as capacity.
+pub const START_FAILURE_LIMIT: u32 = 3;
+/// How long an instance whose creation Incus did not say the end of is left to Incus.
+pub const CREATING_MAX: Duration = Duration::from_secs(600);
 
 /// What the daemon remembers about one instance between passes.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -51,6 +62,10 @@ pub(super) struct Tracked {
     unhealthy_since: Option<Instant>,
     /// Its being unhealthy was reported.
     reported: bool,
+    /// Its creation's end was not told: left to Incus until then.
+    creating_until: Option<Instant>,
+    /// Its failing to start was reported.
+    failing_said: bool,
 }
 
 /// What one instance is worth in this pass.
@@ -79,6 +94,15 @@ pub(super) enum Class {
     Expired,
     /// Stopped in the warm pool: neither capacity nor unhealthy.
     Warm,
+    /// Stopped while Incus may still be creating it: capacity, left alone until then.
+    Creating {
+        until: Instant,
+    },
+    /// Failed to start [`START_FAILURE_LIMIT`] times in a row: not capacity, never removed;
+    /// its start is tried again at `retry` (`None`: now).
+    Failing {
+        retry: Option<Instant>,
+    },
     /// On a member that does not answer, for less than the grace period: still counted,
     /// unmeasured, never removed.
     Unreachable {
@@ -98,6 +122,7 @@ impl Class {
                 | Class::Waiting { .. }
                 | Class::Suspect { .. }
                 | Class::Unreachable { .. }
+                | Class::Creating { .. }
         )
     }
 
@@ -113,6 +138,7 @@ impl Class {
                 }
                 | Class::Suspect { .. }
                 | Class::Unreachable { .. }
+                | Class::Creating { .. }
         )
     }
 
@@ -175,6 +201,8 @@ impl Tracked {
                 self.reported = false;
                 self.start_failures = 0;
                 self.retry_at = None;
+                self.creating_until = None;
+                self.failing_said = false;
                 if inst.since_start.is_some_and(|d| d >= CRASH_RESET) {
                     self.crashes = 0;
                 }
@@ -196,6 +224,21 @@ impl Tracked {
             InstanceStatus::Stopped => {
                 self.unhealthy_since = None;
                 self.reported = false;
+                if self.start_failures >= START_FAILURE_LIMIT
+                    && !std::mem::replace(&mut self.failing_said, true)
+                {
+                    return Some(Note::FailingStart {
+                        instance: inst.name.clone(),
+                        failures: self.start_failures,
+                        retry_in: self
+                            .retry_at
+                            .map_or(Duration::ZERO, |t| t.saturating_duration_since(now)),
+                    });
+                }
+                if self.creating_until.is_some() {
+                    // Not started by the daemon yet: no crash to account for.
+                    return None;
+                }
                 if !std::mem::take(&mut self.ran) {
                     // This stop was accounted for already (or it was never seen running).
                     return None;
@@ -240,8 +283,14 @@ impl Tracked {
         match inst.status {
             s if s.is_healthy() => Class::Healthy,
             InstanceStatus::Stopped => {
-                if self.crashes >= CRASH_LIMIT {
+                if let Some(until) = self.creating_until.filter(|t| *t > now) {
+                    Class::Creating { until }
+                } else if self.crashes >= CRASH_LIMIT {
                     Class::Retire
+                } else if self.start_failures >= START_FAILURE_LIMIT {
+                    Class::Failing {
+                        retry: self.retry_at.filter(|t| *t > now),
+                    }
                 } else if let Some(until) = self.retry_at.filter(|t| *t > now) {
                     Class::Waiting {
                         until,
@@ -265,12 +314,12 @@ impl Tracked {
             }
             status => {
                 let since = self.unhealthy_since.unwrap_or(now);
-                if now.saturating_duration_since(since) >= spec.unhealthy_grace {
-                    Class::Expired
-                } else if confirmed(status, since, now) {
-                    Class::Unhealthy { since }
-                } else {
+                if !confirmed(status, since, now) {
                     Class::Suspect { since }
+                } else if now.saturating_duration_since(since) >= spec.unhealthy_grace {
+                    Class::Expired
+                } else {
+                    Class::Unhealthy { since }
                 }
             }
         }
@@ -279,14 +328,22 @@ impl Tracked {
     /// The daemon created the instance (it was started in the same request).
     pub(super) fn created(&mut self) {
         self.ran = true;
+        self.creating_until = None;
+    }
+
+    /// The daemon asked for the instance, and Incus did not say how the creation ended.
+    pub(super) fn creating(&mut self, now: Instant) {
+        self.creating_until = now.checked_add(CREATING_MAX);
     }
 
     /// The daemon tried to start the instance.
     pub(super) fn started(&mut self, spec: &GroupSpec, ok: bool, now: Instant) {
+        self.creating_until = None;
         if ok {
             self.ran = true;
             self.start_failures = 0;
             self.retry_at = None;
+            self.failing_said = false;
         } else {
             self.ran = false;
             self.start_failures = self.start_failures.saturating_add(1);

@@ -264,7 +264,7 @@ fn a_failed_start_is_retried_with_backoff_and_never_removed() {
     let s = spec(1, 3, 50.0);
     let (mut h, now) = settled(1);
     let o = group(vec![unmeasured(InstanceStatus::Stopped, 1)]);
-    for (failures, wait) in [(1u32, 10u64), (2, 20), (3, 40)] {
+    for (failures, wait) in [(1u32, 10u64), (2, 20)] {
         h.started(&s, "web-1", false, now);
         let p = decide(&s, &o, &mut h, now);
         assert_eq!(p.actions, vec![], "after {failures} failure(s)");
@@ -278,6 +278,139 @@ fn a_failed_start_is_retried_with_backoff_and_never_removed() {
             }]
         );
     }
+}
+
+#[test]
+fn an_instance_whose_start_keeps_failing_is_replaced_left_in_place_and_holds_nothing_back() {
+    let s = GroupSpec {
+        scale_down_stabilization: Duration::ZERO,
+        ..spec(1, 3, 50.0)
+    };
+    let (mut h, now) = settled(2);
+    // web-1 cannot start; web-2 and web-3 run.
+    let o = group(vec![
+        unmeasured(InstanceStatus::Stopped, 1),
+        at(40.0, 2),
+        at(40.0, 3),
+    ]);
+    for _ in 1..START_FAILURE_LIMIT {
+        h.started(&s, "web-1", false, now);
+    }
+    // Two failures: still capacity, unmeasured, so the group does not shrink meanwhile.
+    let p = decide(&s, &o, &mut h, now);
+    assert_eq!((p.current, p.failing.len()), (3, 0));
+    h.started(&s, "web-1", false, now);
+    let p = decide(&s, &o, &mut h, now);
+    assert_eq!(p.failing, vec!["web-1"]);
+    assert_eq!(p.current, 2, "no longer capacity");
+    assert!(
+        matches!(&p.notes[..], [Note::FailingStart { instance, failures: 3, retry_in }]
+            if instance == "web-1" && *retry_in == Duration::from_secs(40)),
+        "{:?}",
+        p.notes
+    );
+    assert!(
+        removed_names(&p).is_empty(),
+        "never removed: {:?}",
+        p.actions
+    );
+    assert_eq!(p.requeue_in, Some(Duration::from_secs(40)));
+    // Said once; its start is still tried after the backoff.
+    let later = now + Duration::from_secs(40);
+    let p = decide(&s, &o, &mut h, later);
+    assert!(p.notes.is_empty(), "{:?}", p.notes);
+    assert!(p.actions.contains(&Action::Start {
+        name: "web-1".into(),
+        cause: Cause::StartRetry
+    }));
+    // Load gone: the group scales down although web-1 has no reading, and web-1 stays.
+    let idle = group(vec![
+        unmeasured(InstanceStatus::Stopped, 1),
+        at(1.0, 2),
+        at(1.0, 3),
+    ]);
+    h.started(&s, "web-1", false, later);
+    let p = decide(&s, &idle, &mut h, later + SEC);
+    assert_eq!(p.desired, 1, "{:?}", p.reason);
+    assert_eq!(removed_names(&p), vec!["web-3"]);
+    // Below its desired count (load on target) it is replaced, within max.
+    let (mut h, now) = settled(3);
+    for _ in 0..START_FAILURE_LIMIT {
+        h.started(&s, "web-1", false, now);
+    }
+    let o = group(vec![
+        unmeasured(InstanceStatus::Stopped, 1),
+        at(50.0, 2),
+        at(50.0, 3),
+    ]);
+    let p = decide(&s, &o, &mut h, now);
+    assert_eq!(creates(&p), vec![Cause::Replace]);
+}
+
+fn removed_names(p: &Plan) -> Vec<&str> {
+    p.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Remove { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_transition_is_confirmed_before_removal_whatever_the_grace() {
+    let s = GroupSpec {
+        unhealthy_grace: Duration::ZERO,
+        ..spec(1, 2, 50.0)
+    };
+    let (mut h, t0) = settled(1);
+    // Seen once stopping (an `incus restart` in progress): counted, never removed yet.
+    let o = group(vec![unmeasured(InstanceStatus::Transition, 1)]);
+    let p = decide(&s, &o, &mut h, t0);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.current, 1);
+    let p = decide(&s, &o, &mut h, t0 + SEC);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // Running again: nothing happened.
+    let p = decide(&s, &group(vec![at(40.0, 1)]), &mut h, t0 + 2 * SEC);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    // Stuck for the confirmation: removed at once (a zero grace), and replaced.
+    decide(&s, &o, &mut h, t0 + 3 * SEC);
+    let p = decide(&s, &o, &mut h, t0 + 3 * SEC + UNHEALTHY_CONFIRM);
+    assert_eq!(removed_names(&p), vec!["web-1"]);
+    assert_eq!(creates(&p), vec![Cause::Replace]);
+}
+
+#[test]
+fn a_creation_incus_did_not_finish_telling_is_counted_and_left_alone() {
+    let s = spec(1, 3, 50.0);
+    let (mut h, now) = settled(2);
+    h.creating("web-2", now);
+    let o = group(vec![at(40.0, 1), unmeasured(InstanceStatus::Stopped, 2)]);
+    let p = decide(&s, &o, &mut h, now + SEC);
+    assert_eq!(p.current, 2, "counted");
+    assert!(
+        p.actions.is_empty(),
+        "neither started nor replaced: {:?}",
+        p.actions
+    );
+    assert_eq!(p.requeue_in, Some(CREATING_MAX - SEC));
+    // Running at last: an ordinary instance.
+    let o = group(vec![at(40.0, 1), at(40.0, 2)]);
+    let p = decide(&s, &o, &mut h, now + 30 * SEC);
+    assert!(p.actions.is_empty());
+    // Never seen running within the bound: an ordinary stopped instance, started.
+    let (mut h, now) = settled(2);
+    h.creating("web-2", now);
+    let o = group(vec![at(40.0, 1), unmeasured(InstanceStatus::Stopped, 2)]);
+    let p = decide(&s, &o, &mut h, now + CREATING_MAX);
+    assert_eq!(
+        p.actions,
+        vec![Action::Start {
+            name: "web-2".into(),
+            cause: Cause::Restart
+        }]
+    );
 }
 
 #[test]

@@ -20,6 +20,9 @@ pub struct History {
     recommendations: VecDeque<(Instant, u32)>,
     /// (when, change of the desired count) within the last interval.
     changes: VecDeque<(Instant, i64)>,
+    /// (when, instances added, instances removed) by the scale-ups and scale-downs planned,
+    /// within the last interval: what step limits bound.
+    acted: VecDeque<(Instant, u32, u32)>,
     /// The desired count decided last; `None` before the first pass.
     desired: Option<u32>,
     /// Per instance, by name.
@@ -37,6 +40,14 @@ impl History {
     /// The daemon created `name` (and started it in the same request).
     pub fn created(&mut self, name: &str) {
         self.instances.entry(name.to_owned()).or_default().created();
+    }
+
+    /// The daemon asked for `name`, and Incus did not say how its creation ended.
+    pub fn creating(&mut self, name: &str, now: Instant) {
+        self.instances
+            .entry(name.to_owned())
+            .or_default()
+            .creating(now);
     }
 
     /// The daemon tried to start `name`; `ok` says whether it started.
@@ -91,6 +102,31 @@ impl History {
             })
     }
 
+    /// Instances added and removed by the scale-ups and scale-downs planned less than `period`
+    /// before `now`.
+    pub(super) fn acted_within(&self, now: Instant, period: Duration) -> (i64, i64) {
+        self.acted
+            .iter()
+            .filter(|(t, _, _)| now.saturating_duration_since(*t) < period)
+            .fold((0, 0), |(up, down), (_, a, r)| {
+                (up + i64::from(*a), down + i64::from(*r))
+            })
+    }
+
+    /// Remembers the scale-up additions and scale-down removals one pass planned.
+    pub(super) fn acted(&mut self, spec: &GroupSpec, now: Instant, added: u32, removed: u32) {
+        if added + removed > 0 {
+            self.acted.push_back((now, added, removed));
+        }
+        while self
+            .acted
+            .front()
+            .is_some_and(|(t, _, _)| now.saturating_duration_since(*t) > spec.interval)
+        {
+            self.acted.pop_front();
+        }
+    }
+
     /// Remembers one pass: its recommendation, and the desired count it moved from `base` to.
     pub(super) fn record(
         &mut self,
@@ -123,7 +159,7 @@ impl History {
 
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.recommendations.len() + self.changes.len()
+        self.recommendations.len() + self.changes.len() + self.acted.len()
     }
 }
 

@@ -454,6 +454,70 @@ fn step_limits_hold_per_interval_however_many_passes_run() {
     assert_eq!(p.desired, 2);
 }
 
+#[test]
+fn step_limits_bound_removals_after_a_pause_however_far_the_count_moved() {
+    // Paused at 4 while min drops to 1: passes go on deciding, nothing is removed.
+    let paused = GroupSpec {
+        max_scale_down_step: Some(1),
+        scale_down_stabilization: Duration::ZERO,
+        interval: Duration::from_secs(5),
+        paused: true,
+        ..spec(1, 10, 50.0)
+    };
+    let (mut h, t0) = settled(4);
+    let o = obs(&[1.0; 4]);
+    for k in 0..20 {
+        let p = decide(&paused, &o, &mut h, t0 + Duration::from_secs(5 * k));
+        assert!(p.actions.is_empty());
+        assert_eq!(p.desired, 3, "never more than a step from the 4 there are");
+    }
+    // Resumed: one removal per interval, however many passes run.
+    let s = GroupSpec {
+        paused: false,
+        ..paused
+    };
+    let mut o = o;
+    let mut t = t0 + Duration::from_secs(100);
+    for left in [3usize, 2, 1] {
+        let p = decide(&s, &o, &mut h, t);
+        assert_eq!(removed(&p).len(), 1, "at {left} left: {:?}", p.actions);
+        o.instances.pop();
+        let p = decide(&s, &o, &mut h, t + Duration::from_secs(1));
+        assert!(removed(&p).is_empty(), "{:?}", p.actions);
+        t += Duration::from_secs(5);
+    }
+    assert_eq!(o.instances.len(), 1);
+    // The same after failed deletes: the count does not run ahead of what runs.
+    let (mut h, t0) = settled(4);
+    let o = obs(&[1.0; 4]);
+    for k in 0..5 {
+        let p = decide(&s, &o, &mut h, t0 + Duration::from_secs(5 * k));
+        assert_eq!(removed(&p).len(), 1, "pass {k}: {:?}", p.actions);
+    }
+}
+
+#[test]
+fn step_limits_bound_additions_after_a_pause_too() {
+    let paused = GroupSpec {
+        max_scale_up_step: Some(1),
+        interval: Duration::from_secs(5),
+        paused: true,
+        ..spec(1, 10, 50.0)
+    };
+    let (mut h, t0) = settled(2);
+    let o = obs(&[100.0; 2]);
+    for k in 0..10 {
+        let p = decide(&paused, &o, &mut h, t0 + Duration::from_secs(5 * k));
+        assert_eq!(p.desired, 3);
+    }
+    let s = GroupSpec {
+        paused: false,
+        ..paused
+    };
+    let p = decide(&s, &o, &mut h, t0 + Duration::from_secs(60));
+    assert_eq!(p.actions.len(), 1, "{:?}", p.actions);
+}
+
 fn spec_with_steps(min: u32, max: u32) -> GroupSpec {
     GroupSpec {
         max_scale_up_step: Some(1),

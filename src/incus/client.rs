@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::tls::Tls;
 use super::{
     CreateInstance, Endpoint, Incus, IncusError, Instance, LeaseHome, StateChange, Unreachable,
-    LEASE_PROFILE,
+    LEASE_PROFILE, STORE_KEY, STORE_VALUE,
 };
 use crate::model::Memory;
 
@@ -32,8 +32,17 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Environment variable that overrides [`REQUEST_TIMEOUT`] (a duration such as `2s`); meant for
 /// tests that inject slow answers.
 pub const TIMEOUT_ENV: &str = "INCUS_HPA_REQUEST_TIMEOUT";
-/// Longest an operation (create+start, stop, delete) is waited for.
-const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest a creation, a start or a command is waited for, unless the environment variable
+/// [`OPERATION_TIMEOUT_ENV`] says otherwise; a graceful stop is waited for its own timeout and
+/// a little more, a forced stop and a delete [`DELETE_WAIT`].
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
+/// Environment variable that overrides [`OPERATION_TIMEOUT`] (a duration such as `2s`); meant
+/// for tests that hold an operation's answer.
+pub const OPERATION_TIMEOUT_ENV: &str = "INCUS_HPA_OPERATION_TIMEOUT";
+/// How long a delete is waited for (deleting a stopped container takes well under a second).
+pub const DELETE_WAIT: Duration = Duration::from_secs(20);
+/// What a graceful stop is waited for beyond its own timeout (Incus answers at its end).
+const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 /// A client for one incusd (or cluster member), reached through its unix socket or HTTPS.
 pub struct Client {
@@ -45,6 +54,8 @@ pub struct Client {
     /// The TLS set-up over HTTPS, for the "untrusted" message.
     tls: Option<Tls>,
     timeout: Duration,
+    /// How long creations, starts and commands are waited for.
+    operation_timeout: Duration,
     requests: AtomicU64,
     /// Requests by endpoint and status class, for `/metrics` (see [`Client::counting`]).
     counted: Option<crate::control::Requests>,
@@ -66,13 +77,13 @@ struct Envelope {
 /// The client of the unix socket (the same type).
 pub type UnixClient = Client;
 
-/// The request timeout: [`REQUEST_TIMEOUT`] unless [`TIMEOUT_ENV`] says otherwise.
-fn request_timeout() -> Duration {
-    std::env::var(TIMEOUT_ENV)
+/// `default`, unless the environment variable `var` gives another duration.
+fn timeout_from_env(var: &str, default: Duration) -> Duration {
+    std::env::var(var)
         .ok()
         .and_then(|t| humantime::parse_duration(&t).ok())
         .filter(|t| !t.is_zero())
-        .unwrap_or(REQUEST_TIMEOUT)
+        .unwrap_or(default)
 }
 
 impl Client {
@@ -112,7 +123,7 @@ impl Client {
         socket: String,
         tls: Option<Tls>,
     ) -> Result<Self, IncusError> {
-        let timeout = request_timeout();
+        let timeout = timeout_from_env(TIMEOUT_ENV, REQUEST_TIMEOUT);
         let http = builder
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(5).min(timeout))
@@ -124,6 +135,7 @@ impl Client {
             socket,
             tls,
             timeout,
+            operation_timeout: timeout_from_env(OPERATION_TIMEOUT_ENV, OPERATION_TIMEOUT),
             counted: None,
             requests: AtomicU64::new(0),
         })
@@ -224,38 +236,42 @@ impl Client {
         })
     }
 
-    /// Sends a request that starts an operation and waits for it to end.
+    /// Sends a request that starts an operation and waits for it to end, at most `wait`.
     async fn operation(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
         what: &str,
+        wait: Duration,
     ) -> Result<(), IncusError> {
-        self.operation_result(method, path, body, what)
+        self.operation_result(method, path, body, what, wait)
             .await
             .map(drop)
     }
 
-    /// Like [`Client::operation`], returning the ended operation's own `metadata`.
+    /// Like [`Client::operation`], returning the ended operation's own `metadata`. An
+    /// operation still running when the wait ends is [`IncusError::Unfinished`].
     async fn operation_result(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
         what: &str,
+        wait: Duration,
     ) -> Result<Value, IncusError> {
         let (_, env) = self.send(method, path, body, self.timeout, what).await?;
         if env.kind != "async" || env.operation.is_empty() {
             return Ok(Value::Null);
         }
-        let wait = wait_path(&env.operation, OPERATION_TIMEOUT.as_secs());
+        let secs = wait.as_secs().max(1);
+        let wait_for = wait_path(&env.operation, secs);
         let (_, done) = self
             .send(
                 Method::GET,
-                &wait,
+                &wait_for,
                 None,
-                OPERATION_TIMEOUT + Duration::from_secs(5),
+                Duration::from_secs(secs) + Duration::from_secs(5),
                 what,
             )
             .await
@@ -278,6 +294,13 @@ impl Client {
                 .get("metadata")
                 .cloned()
                 .unwrap_or(Value::Null));
+        }
+        if matches!(status, "Running" | "Pending" | "Cancelling") {
+            return Err(IncusError::Unfinished {
+                what: what.to_owned(),
+                status: status.to_lowercase(),
+                waited: Duration::from_secs(secs),
+            });
         }
         let err = done
             .metadata
@@ -329,7 +352,13 @@ impl Incus for Client {
         });
         let what = format!("running the drain command in {name}");
         let meta = self
-            .operation_result(Method::POST, &path, Some(&body), &what)
+            .operation_result(
+                Method::POST,
+                &path,
+                Some(&body),
+                &what,
+                self.operation_timeout,
+            )
             .await?;
         Ok(meta.get("return").and_then(Value::as_i64).unwrap_or(-1))
     }
@@ -398,6 +427,7 @@ impl Incus for Client {
             &path,
             Some(&body),
             &format!("creating {}", req.name),
+            self.operation_timeout,
         )
         .await
     }
@@ -426,13 +456,28 @@ impl Incus for Client {
             StateChange::Stop { force: true, .. } => format!("force-stopping {name}"),
             StateChange::Stop { .. } => format!("stopping {name}"),
         };
-        self.operation(Method::PUT, &path, Some(&body), &what).await
+        let wait = match change {
+            StateChange::Start => self.operation_timeout,
+            StateChange::Stop {
+                force: true,
+                timeout,
+            } => timeout,
+            StateChange::Stop { timeout, .. } => timeout + STOP_MARGIN,
+        };
+        self.operation(Method::PUT, &path, Some(&body), &what, wait)
+            .await
     }
 
     async fn delete(&self, project: &str, name: &str) -> Result<(), IncusError> {
         let path = format!("/1.0/instances/{}?project={}", enc(name), enc(project));
-        self.operation(Method::DELETE, &path, None, &format!("deleting {name}"))
-            .await
+        self.operation(
+            Method::DELETE,
+            &path,
+            None,
+            &format!("deleting {name}"),
+            DELETE_WAIT,
+        )
+        .await
     }
 
     async fn set_config(
@@ -449,6 +494,7 @@ impl Incus for Client {
             &path,
             Some(&body),
             &format!("setting {key} on {name}"),
+            self.timeout,
         )
         .await
     }
@@ -484,8 +530,8 @@ impl Incus for Client {
             Err(e) if e.is_not_found() => {
                 let body = serde_json::json!({
                     "name": LEASE_PROFILE,
-                    "description": "incus-hpa's leader leases (user.incus-hpa.lease.GROUP); attach it to no instance",
-                    "config": {},
+                    "description": "incus-hpa's lease store (user.incus-hpa.lease.GROUP): made by incus-hpa; attach it to no instance",
+                    "config": { STORE_KEY: STORE_VALUE },
                     "devices": {},
                 });
                 let create = format!("/1.0/profiles?project={}", enc(project));
@@ -499,7 +545,7 @@ impl Incus for Client {
                     )
                     .await;
                 match made {
-                    // Another daemon made it first.
+                    // Another daemon made it first (or a person did: the caller checks).
                     Ok(_) | Err(IncusError::Api { status: 409, .. }) => {}
                     Err(e) => return Err(e),
                 }
@@ -518,11 +564,17 @@ impl Incus for Client {
             config: BTreeMap<String, String>,
             #[serde(default)]
             description: String,
+            #[serde(default)]
+            devices: Option<serde_json::Map<String, Value>>,
+            #[serde(default)]
+            used_by: Option<Vec<String>>,
         }
         let p: Profile = serde_json::from_value(env.metadata).map_err(|e| decode(e.to_string()))?;
         Ok(LeaseHome {
             config: p.config,
             description: p.description,
+            devices: p.devices.unwrap_or_default(),
+            used_by: p.used_by.unwrap_or_default(),
             etag: etag.ok_or_else(|| decode("no ETag in the answer".into()))?,
         })
     }
@@ -530,10 +582,11 @@ impl Incus for Client {
     async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
         let what = format!("writing profile {LEASE_PROFILE} of project {project}");
         let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
+        // A PUT replaces the whole profile: what was read goes back with it.
         let body = serde_json::json!({
             "config": new.config,
             "description": new.description,
-            "devices": {},
+            "devices": new.devices,
         });
         match self
             .exchange(

@@ -32,9 +32,16 @@ pub enum IncusError {
         status: u16,
         message: String,
     },
-    /// An asynchronous operation finished in failure (or did not finish in time).
+    /// An asynchronous operation finished in failure.
     #[error("Incus operation for {what} failed: {message}")]
     Operation { what: String, message: String },
+    /// An asynchronous operation had not ended when its wait did: it may still succeed.
+    #[error("Incus operation for {what} had not ended after {waited:?} (it is {status})")]
+    Unfinished {
+        what: String,
+        status: String,
+        waited: Duration,
+    },
     /// The answer could not be understood.
     #[error("unexpected answer from Incus to {what}: {message}")]
     Decode { what: String, message: String },
@@ -49,6 +56,16 @@ impl IncusError {
     /// True when Incus could not be reached at all (as opposed to answering with an error).
     pub fn is_transport(&self) -> bool {
         matches!(self, IncusError::Transport(_))
+    }
+
+    /// True when nothing says how the request ended: the connection failed or timed out, or
+    /// its operation had not ended when the wait did. What it asked for may have happened, or
+    /// may still happen.
+    pub fn is_in_doubt(&self) -> bool {
+        matches!(
+            self,
+            IncusError::Transport(_) | IncusError::Unfinished { .. }
+        )
     }
 }
 
@@ -187,23 +204,35 @@ pub enum StateChange {
     Stop { timeout: Duration, force: bool },
 }
 
-/// Everything the daemon asks of Incus. Every call has a timeout; every asynchronous operation
-/// is waited for and its outcome read from the body.
-/// The profile of each project that holds its leader leases (see `crate::lease`). A profile
-/// rather than the project's own config: a certificate restricted to the project may write
-/// the one and not the other. No instance uses it.
-pub const LEASE_PROFILE: &str = "incus-hpa";
+/// The profile of each project that holds its leader leases, the lease store (see
+/// `crate::lease`): a name nobody gives a profile meant for instances. A profile rather than
+/// the project's own config: a certificate restricted to the project may write the one and not
+/// the other. The daemon makes it, marked [`STORE_KEY`]; no instance uses it. (incus-hpa 0.2
+/// used a profile named `incus-hpa`, a name a person may well have chosen: it is never read
+/// nor written now.)
+pub const LEASE_PROFILE: &str = "incus-hpa.leases";
 
-/// The profile that holds a project's leader leases ([`LEASE_PROFILE`]): its config and
-/// description as read, with the ETag a compare-and-swap needs.
+/// The config key that marks the lease store as the daemon's own: [`STORE_VALUE`].
+pub const STORE_KEY: &str = "user.incus-hpa.store";
+/// The value of [`STORE_KEY`] in the lease store.
+pub const STORE_VALUE: &str = "leases";
+
+/// The lease store of a project ([`LEASE_PROFILE`]), as read: its config, and everything else
+/// a write must send back unchanged, with the ETag a compare-and-swap needs.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LeaseHome {
     pub config: BTreeMap<String, String>,
     pub description: String,
+    /// Its devices, as read: written back untouched.
+    pub devices: serde_json::Map<String, serde_json::Value>,
+    /// What uses it (`/1.0/instances/NAME…`): a store is used by nothing.
+    pub used_by: Vec<String>,
     /// The `ETag` of the answer: a write with `If-Match` on it fails if another came first.
     pub etag: String,
 }
 
+/// Everything the daemon asks of Incus. Every call has a timeout; every asynchronous operation
+/// is waited for and its outcome read from the body.
 #[async_trait]
 pub trait Incus: Send + Sync {
     /// The server's version, to check that Incus answers.
@@ -258,10 +287,11 @@ pub trait Incus: Send + Sync {
         project: &str,
         member: Option<&str>,
     ) -> Result<HashMap<String, Memory>, IncusError>;
-    /// The profile [`LEASE_PROFILE`] of `project` (`GET /1.0/profiles/incus-hpa?project=P`),
-    /// with its ETag; created empty first when it is not there.
+    /// The lease store of `project` (`GET /1.0/profiles/incus-hpa.leases?project=P`), with its
+    /// ETag; made first, marked [`STORE_KEY`], when no profile has that name.
     async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError>;
-    /// Replaces that profile's config and description (`PUT` with `If-Match: etag`).
+    /// Writes the store back (`PUT` with `If-Match: etag`): config, description and devices as
+    /// given, so that whatever the daemon does not own goes back as it was read.
     /// `Ok(false)` when another writer changed it since `etag` was read (HTTP 412): nothing
     /// was written.
     async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError>;

@@ -5,7 +5,9 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use incus_hpa::events::{EventSource, EventStream, Lifecycle};
-use incus_hpa::incus::{CreateInstance, Incus, IncusError, Instance, LeaseHome, StateChange};
+use incus_hpa::incus::{
+    CreateInstance, Incus, IncusError, Instance, LeaseHome, StateChange, STORE_KEY, STORE_VALUE,
+};
 use incus_hpa::memory::MemorySource;
 use incus_hpa::model::{Memory, GROUP_KEY, OWNER_KEY, UUID_KEY};
 
@@ -61,12 +63,14 @@ struct State {
     drain_time: Option<std::time::Duration>,
     /// Followers of the lifecycle events.
     followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
-    /// Project configs, and a version per project for its ETag.
-    projects: BTreeMap<String, (BTreeMap<String, String>, u64)>,
+    /// Lease stores by project, and a version per project for its ETag.
+    projects: BTreeMap<String, (LeaseHome, u64)>,
     /// The next project writes meet another writer first (HTTP 412).
     put_conflicts: u32,
     /// Lease writes are refused (HTTP 403), as for a certificate without the right.
     leases_refused: bool,
+    /// Creations happen, but their wait ends before Incus tells how (a slow image unpack).
+    creates_unfinished: bool,
 }
 
 impl State {
@@ -257,6 +261,11 @@ impl FakeIncus {
     /// Makes the next creation meet an instance of the same name that a person made.
     pub fn collide_next_create(&self) {
         self.with(|s| s.collide = true);
+    }
+
+    /// Makes every creation's wait end before Incus tells how it went (true), or not (false).
+    pub fn set_creates_unfinished(&self, unfinished: bool) {
+        self.with(|s| s.creates_unfinished = unfinished);
     }
 
     /// Makes every start fail (true) or work again (false).
@@ -507,6 +516,13 @@ impl Incus for FakeIncus {
                     s.emit("stopped", &req.name, None);
                 }
             }
+            if s.creates_unfinished {
+                return Err(IncusError::Unfinished {
+                    what: format!("creating {}", req.name),
+                    status: "running".into(),
+                    waited: std::time::Duration::from_secs(120),
+                });
+            }
             if ok {
                 Ok(())
             } else {
@@ -635,11 +651,15 @@ impl Incus for FakeIncus {
     async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError> {
         self.call("leases")?;
         Ok(self.with(|s| {
-            let (config, version) = s.projects.get(project).cloned().unwrap_or_default();
+            // Made, marked, when missing, as the client does.
+            let (home, version) = s.projects.entry(project.to_owned()).or_insert_with(|| {
+                let mut home = LeaseHome::default();
+                home.config.insert(STORE_KEY.into(), STORE_VALUE.into());
+                (home, 0)
+            });
             LeaseHome {
-                config,
-                description: String::new(),
                 etag: format!("v{version}"),
+                ..home.clone()
             }
         }))
     }
@@ -661,7 +681,16 @@ impl Incus for FakeIncus {
             if format!("v{}", entry.1) != new.etag {
                 return false;
             }
-            *entry = (new.config.clone(), entry.1 + 1);
+            // What a PUT of a profile replaces; `used_by` is Incus' own.
+            let kept = std::mem::take(&mut entry.0.used_by);
+            *entry = (
+                LeaseHome {
+                    used_by: kept,
+                    etag: String::new(),
+                    ..new.clone()
+                },
+                entry.1 + 1,
+            );
             true
         }))
     }
@@ -678,9 +707,21 @@ impl FakeIncus {
         self.with(|s| s.put_conflicts = n);
     }
 
-    /// A config key of a project's lease profile.
+    /// A config key of a project's lease store.
     pub fn project_key(&self, project: &str, key: &str) -> Option<String> {
-        self.with(|s| s.projects.get(project)?.0.get(key).cloned())
+        self.with(|s| s.projects.get(project)?.0.config.get(key).cloned())
+    }
+
+    /// Puts a profile of the lease store's name in `project`, as a person could have made it.
+    pub fn put_store(&self, project: &str, home: LeaseHome) {
+        self.with(|s| {
+            s.projects.insert(project.to_owned(), (home, 1));
+        });
+    }
+
+    /// The lease store of `project` as it is now.
+    pub fn store(&self, project: &str) -> Option<LeaseHome> {
+        self.with(|s| s.projects.get(project).map(|(h, _)| h.clone()))
     }
 }
 

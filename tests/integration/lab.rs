@@ -322,7 +322,7 @@ impl Drop for Lab {
         }
         // A daemon killed rather than stopped leaves its lease behind.
         let key = format!("user.incus-hpa.lease.{}", self.group);
-        let _ = incus(&["profile", "unset", "incus-hpa", &key]);
+        let _ = incus(&["profile", "unset", "incus-hpa.leases", &key]);
     }
 }
 

@@ -89,9 +89,14 @@ async fn a_dead_holder_is_replaced_within_a_lease_and_a_clean_one_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_renewal_that_loses_a_race_reads_again() {
-    use incus_hpa::lease::{Leases, Standing};
+    use incus_hpa::lease::{Clocks, Leases, Standing};
     let fake = Arc::new(FakeIncus::default());
-    let leases = Leases::new("host-a:1:aaaa".into(), Duration::from_secs(15));
+    let leases = Leases::with(
+        "host-a:1:aaaa".into(),
+        None,
+        Duration::from_secs(15),
+        Clocks::tokio(),
+    );
     let groups = ["web".to_owned()];
     // Two lost races, then the write goes through: held.
     fake.conflict_next_puts(2);
@@ -99,19 +104,23 @@ async fn a_renewal_that_loses_a_race_reads_again() {
         .renew(fake.as_ref(), "default", &groups)
         .await
         .unwrap();
-    let now = tokio::time::Instant::now();
     assert!(matches!(
-        leases.standing("default", "web", now),
+        leases.standing("default", "web"),
         Standing::Held { .. }
     ));
     // Three lost races: nothing is known yet, and nothing is acted on.
-    let other = Leases::new("host-b:2:bbbb".into(), Duration::from_secs(15));
+    let other = Leases::with(
+        "host-b:2:bbbb".into(),
+        None,
+        Duration::from_secs(15),
+        Clocks::tokio(),
+    );
     fake.conflict_next_puts(3);
     other
         .renew(fake.as_ref(), "db", &["db".to_owned()])
         .await
         .unwrap();
-    assert_eq!(other.standing("db", "db", now), Standing::Unknown);
+    assert_eq!(other.standing("db", "db"), Standing::Unknown);
     assert_eq!(fake.calls("put_leases"), 6);
 }
 
@@ -128,4 +137,142 @@ async fn a_daemon_refused_the_lease_acts_on_nothing_until_it_may_write_it() {
     eventually("2 running", MINUTE, || fake.running("web") == 2).await;
     assert_eq!(standby(&h), None);
     h.shutdown().await;
+}
+
+/// A profile of the lease store's name, as a person could have made it: a disk device, a
+/// description and a key of their own.
+fn persons_profile(marked: bool, used_by: &[&str]) -> incus_hpa::incus::LeaseHome {
+    let mut home = incus_hpa::incus::LeaseHome {
+        description: "shared data for web".into(),
+        used_by: used_by.iter().map(|u| u.to_string()).collect(),
+        ..Default::default()
+    };
+    home.devices.insert(
+        "data".into(),
+        serde_json::json!({"type": "disk", "source": "/srv/data", "path": "/data"}),
+    );
+    home.config.insert("user.team".into(), "web".into());
+    if marked {
+        home.config.insert(
+            incus_hpa::incus::STORE_KEY.into(),
+            incus_hpa::incus::STORE_VALUE.into(),
+        );
+    }
+    home
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_profile_that_is_not_the_daemons_or_is_used_is_never_written() {
+    for (marked, used_by) in [(false, vec![]), (true, vec!["/1.0/instances/db-1"])] {
+        let fake = Arc::new(FakeIncus::default());
+        let theirs = persons_profile(marked, &used_by);
+        fake.put_store("default", theirs.clone());
+        let h = Harness::start(&web(2, 4), fake.clone());
+        run_for(Duration::from_secs(30)).await;
+        assert_eq!(fake.managed("web").len(), 0, "acted without a lease");
+        assert_eq!(
+            fake.calls("put_leases"),
+            0,
+            "wrote to a profile not its own"
+        );
+        assert_eq!(fake.store("default").unwrap(), theirs);
+        let why = standby(&h).unwrap();
+        assert!(
+            why.starts_with("nobody: the profile incus-hpa.leases"),
+            "{why}"
+        );
+        assert!(
+            why.contains(if marked {
+                "used by 1 instance(s) (db-1)"
+            } else {
+                "not made by incus-hpa"
+            }),
+            "{why}"
+        );
+        h.shutdown().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_store_keeps_everything_it_does_not_own() {
+    let fake = Arc::new(FakeIncus::default());
+    let before = persons_profile(true, &[]);
+    fake.put_store("default", before.clone());
+    let h = Harness::start(&web(2, 4), fake.clone());
+    eventually("2 running", MINUTE, || fake.running("web") == 2).await;
+    run_for(Duration::from_secs(30)).await;
+    assert!(fake.calls("put_leases") >= 5, "renewed");
+    let after = fake.store("default").unwrap();
+    assert!(after.config.contains_key("user.incus-hpa.lease.web"));
+    assert_eq!(
+        (
+            &after.devices,
+            &after.description,
+            after.config.get("user.team")
+        ),
+        (
+            &before.devices,
+            &before.description,
+            before.config.get("user.team")
+        )
+    );
+    h.shutdown().await;
+    // Given up on shutdown, the rest still there.
+    let released = fake.store("default").unwrap();
+    assert!(!released.config.contains_key("user.incus-hpa.lease.web"));
+    assert_eq!(released.devices, before.devices);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_ending_far_ahead_is_trusted_for_one_lease_at_most() {
+    let fake = Arc::new(FakeIncus::default());
+    // Written by a holder whose clock ran an hour ahead, then died.
+    let mut home = persons_profile(true, &[]);
+    let far = incus_hpa::lease::wall_ms() + 3_600_000;
+    home.config.insert(
+        "user.incus-hpa.lease.web".into(),
+        format!("clock-ahead:77:zzzz until={far}"),
+    );
+    fake.put_store("default", home);
+    let h = Harness::start(&web(2, 4), fake.clone());
+    let started = tokio::time::Instant::now();
+    eventually("2 running", MINUTE, || fake.running("web") == 2).await;
+    // Lease (15 s) and its margin (3 s), plus a renewal (5 s) and a pass (2 s).
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(18) && took <= Duration::from_secs(26),
+        "{took:?}"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_stops_acting_when_a_clock_that_counts_suspend_says_its_lease_ran_out() {
+    use incus_hpa::lease::{Clocks, Leases, Standing};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let fake = Arc::new(FakeIncus::default());
+    // Boot time: it keeps counting while the host sleeps; tokio's clock (monotonic) does not.
+    let boot = Arc::new(AtomicU64::new(1_000));
+    let clocks = Clocks {
+        wall: Arc::new(incus_hpa::lease::wall_ms),
+        mono: {
+            let boot = boot.clone();
+            Arc::new(move || Duration::from_secs(boot.load(Ordering::SeqCst)))
+        },
+    };
+    let leases = Leases::with(
+        "host-a:1:aaaa".into(),
+        None,
+        Duration::from_secs(15),
+        clocks,
+    );
+    leases
+        .renew(fake.as_ref(), "default", &["web".to_owned()])
+        .await
+        .unwrap();
+    assert!(leases.holds("default", "web"));
+    // The host sleeps for a minute: on waking, not a single step more.
+    boot.fetch_add(60, Ordering::SeqCst);
+    assert!(!leases.holds("default", "web"));
+    assert_eq!(leases.standing("default", "web"), Standing::Unknown);
 }

@@ -5,6 +5,7 @@ mod cli;
 mod cluster;
 mod dashboard;
 mod fake;
+mod fences;
 mod https;
 mod informer;
 mod lab;

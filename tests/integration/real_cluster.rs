@@ -119,7 +119,7 @@ impl Drop for Cleanup {
             try_m1(&["delete", "--force", &name]);
         }
         let key = format!("user.incus-hpa.lease.{}", self.0);
-        try_m1(&["profile", "unset", "incus-hpa", &key]);
+        try_m1(&["profile", "unset", "incus-hpa.leases", &key]);
     }
 }
 
@@ -358,7 +358,7 @@ fn real_cluster_daemons_on_two_members_share_the_lease() {
             &[
                 "profile",
                 "get",
-                "incus-hpa",
+                "incus-hpa.leases",
                 &format!("user.incus-hpa.lease.{g}"),
             ],
         )

@@ -1,6 +1,6 @@
 //! Three daemons on one group, on the real Incus, the first through the unix socket and the
 //! others through HTTPS with a certificate restricted to the project: the lease lives in the
-//! project's profile `incus-hpa`; one daemon acts and the
+//! project's lease store, the profile `incus-hpa.leases`; one daemon acts and the
 //! others stand by; the group never grows past what one daemon would
 //! make; a SIGKILLed holder is replaced by the other, and a SIGSTOPped one that wakes after its
 //! lease ran out does not act until it holds the lease again.
@@ -29,7 +29,7 @@ fn holder(group: &str) -> String {
     incus_ok(&[
         "profile",
         "get",
-        "incus-hpa",
+        "incus-hpa.leases",
         &format!("user.incus-hpa.lease.{group}"),
     ])
     .trim()

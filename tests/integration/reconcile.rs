@@ -230,10 +230,7 @@ async fn waiting_for_incus_remembers_a_reload_and_honours_a_shutdown() {
         memory: std::sync::Arc::new(move |_| memory.clone()),
         stop: Default::default(),
         telemetry: Default::default(),
-        leases: std::sync::Arc::new(incus_hpa::lease::Leases::new(
-            "test".into(),
-            Duration::from_secs(15),
-        )),
+        leases: std::sync::Arc::new(incus_hpa::lease::Leases::new(Duration::from_secs(15))),
     };
     fake.set_down(true);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

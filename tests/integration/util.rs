@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use incus_hpa::config;
 use incus_hpa::daemon::{run_loop, Event};
 use incus_hpa::events::follow;
 use incus_hpa::informer::Store;
-use incus_hpa::lease::Leases;
+use incus_hpa::lease::{Clocks, Leases};
 use incus_hpa::model::{DesiredState, MemorySourceKind};
 use incus_hpa::reconciler::Context;
 use tokio::sync::mpsc::UnboundedSender;
@@ -48,7 +47,7 @@ impl Harness {
         let file = dir.path().join("desired-state.toml");
         std::fs::write(&file, toml).unwrap();
         let loaded = config::load(&file).unwrap_or_else(|e| panic!("{:#?}", e.diagnostics));
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(incus_hpa::act::Shutdown::default());
         let memory = fake.clone();
         let sources = Arc::new(std::sync::Mutex::new(Vec::new()));
         let asked = sources.clone();
@@ -63,10 +62,11 @@ impl Harness {
             }),
             stop,
             telemetry: telemetry.clone(),
-            leases: Arc::new(Leases::with_clock(
+            leases: Arc::new(Leases::with(
                 me.into(),
+                None,
                 loaded.state.daemon.lease,
-                Arc::new(paused_wall_ms),
+                Clocks::tokio(),
             )),
         };
         let keeper = tokio::spawn(ctx.leases.clone().keep(fake.clone()));
@@ -133,16 +133,6 @@ impl Harness {
     }
 }
 
-/// A wall clock that moves with tokio's paused clock, for leases in paused tests.
-fn paused_wall_ms() -> i64 {
-    static START: std::sync::OnceLock<(tokio::time::Instant, i64)> = std::sync::OnceLock::new();
-    let (t0, w0) =
-        *START.get_or_init(|| (tokio::time::Instant::now(), incus_hpa::lease::wall_ms()));
-    w0 + tokio::time::Instant::now()
-        .saturating_duration_since(t0)
-        .as_millis() as i64
-}
-
 /// Polls `cond` every 100 ms of (paused) time until it holds, or panics after `within`.
 pub async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + within;
@@ -199,6 +189,7 @@ pub fn web_status() -> incus_hpa::control::Status {
             max: 5,
             unhealthy: 0,
             warm: 1,
+            failing: Vec::new(),
             utilization: Some(71.5),
             threshold: 60.0,
             reason: "above-threshold".into(),
