@@ -68,7 +68,8 @@ pub struct SimulateArgs {
     /// The group to simulate.
     #[arg(long)]
     pub group: String,
-    /// The demand trace: CSV with the header `t,demand_mib`.
+    /// The demand trace: CSV with the header `t,demand_mib`, at most 30 days long and
+    /// 1,000,000 rows.
     pub trace: PathBuf,
     /// The decision rule: the group's own, Kubernetes' defaults, or the Go lab's ±1 rule.
     #[arg(long, value_enum, default_value = "default")]
