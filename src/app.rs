@@ -10,7 +10,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::config::{self, check_permissions, Loaded};
+use crate::config::{self, Loaded};
 use crate::daemon::{self, Event};
 use crate::decide::{decide, History};
 use crate::events::IncusEvents;
@@ -72,9 +72,16 @@ pub async fn status(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `incus-hpa validate`: every problem on stderr; exit 1 when there is an error.
-pub fn validate(path: &Path) -> ExitCode {
-    let result = config::load(path);
+/// `incus-hpa validate`: every problem on stderr; exit 1 when there is an error. The file is
+/// loaded as `run` loads it ([`load_strict`]: its ownership and modes, and those of every
+/// directory on its path, must be right), or for its content alone when `syntax_only`, which
+/// says so.
+pub fn validate(path: &Path, syntax_only: bool) -> ExitCode {
+    let result = if syntax_only {
+        config::load_content(path)
+    } else {
+        load_strict(path)
+    };
     let diags = match &result {
         Ok(l) => &l.warnings,
         Err(e) => &e.diagnostics,
@@ -82,14 +89,16 @@ pub fn validate(path: &Path) -> ExitCode {
     for d in diags {
         eprintln!("{d}");
     }
+    if syntax_only {
+        eprintln!(
+            "{}: note: --syntax-only: the content alone was checked, not the ownership and \
+             modes of the file and of the directories on its path, nor the TLS files it names; \
+             the daemon may still refuse it where it is installed",
+            path.display()
+        );
+    }
     match result {
         Ok(l) => {
-            if let Err(e) = check_permissions(path, own_uid()) {
-                eprintln!(
-                    "{}: warning: the daemon will refuse this file: {e}",
-                    path.display()
-                );
-            }
             println!("{}: OK, {} group(s)", path.display(), l.state.groups.len());
             ExitCode::SUCCESS
         }

@@ -28,11 +28,25 @@ pub enum Command {
         #[arg(long, short, default_value = DEFAULT_PATH)]
         config: PathBuf,
     },
-    /// Check a desired-state file: exit 0 when valid, 1 with every problem on stderr.
+    /// Check a desired-state file as `run` does: exit 0 when the daemon would accept it, 1
+    /// with every problem on stderr.
+    ///
+    /// Besides the content (and the TLS files it names), the file and every directory on its
+    /// path must be owned by root or the user running the check and writable by no one else
+    /// (sticky directories such as /tmp excepted), and a symlink on the way owned by one of
+    /// them, or `run` refuses the file (exit 78): the error names what is wrong and the chmod
+    /// or chown that fixes it. The daemon trusts root and its own user: run the check as
+    /// root, or as the daemon's user for a file that user owns.
     Validate {
         /// The desired-state file.
         #[arg(long, short, default_value = DEFAULT_PATH)]
         config: PathBuf,
+        /// Check the content alone: not the ownership and modes of the file and of the
+        /// directories on its path, nor the TLS files it names. For a copy kept elsewhere (a
+        /// git checkout, /tmp) before it is installed; exit 0 or 1 on the content, and a note
+        /// on stderr that the rest was not checked.
+        #[arg(long)]
+        syntax_only: bool,
     },
     /// Write the man page and shell completions into DIR (used to build the package).
     #[command(hide = true)]
@@ -68,7 +82,8 @@ pub struct SimulateArgs {
     /// The group to simulate.
     #[arg(long)]
     pub group: String,
-    /// The demand trace: CSV with the header `t,demand_mib`.
+    /// The demand trace: CSV with the header `t,demand_mib`, at most 30 days long and
+    /// 1,000,000 rows.
     pub trace: PathBuf,
     /// The decision rule: the group's own, Kubernetes' defaults, or the Go lab's ±1 rule.
     #[arg(long, value_enum, default_value = "default")]

@@ -27,4 +27,5 @@ pub mod report;
 pub mod simulate;
 pub mod systemd;
 pub mod table;
+pub mod text;
 pub mod watch;

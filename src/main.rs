@@ -9,7 +9,10 @@ use incus_hpa::{app, cli, cli::Cli, cli::Command, logging};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
-        Command::Validate { config } => app::validate(config),
+        Command::Validate {
+            config,
+            syntax_only,
+        } => app::validate(config, *syntax_only),
         Command::GenerateAssets { dir } => match cli::generate_assets(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -10,9 +10,10 @@ pub fn ready() {
     notify(&[NotifyState::Ready]);
 }
 
-/// The one-line status `systemctl status` shows.
+/// The one-line status `systemctl status` shows. Its control characters become spaces (see
+/// [`crate::text::printable`]): a newline would end `STATUS=` and start another assignment.
 pub fn status(line: &str) {
-    notify(&[NotifyState::Status(line)]);
+    notify(&[NotifyState::Status(&crate::text::printable(line))]);
 }
 
 /// Tells systemd the daemon is shutting down.

@@ -1,8 +1,9 @@
 //! The desired-state file: TOML text → validated [`DesiredState`], or every problem at once.
 //!
 //! Parsing keeps each value's place, so an error reads `PATH:LINE:COLUMN: error: groups.web.max: …`.
-//! `parse` takes text (tests never touch files); `load` reads a file as it is, `load_checked`
-//! only if nobody but root and the daemon's user can have written it (see [`open_checked`]).
+//! `parse` takes text (tests never touch files); `load` reads a file as it is (`load_content`
+//! the same, without checking the TLS files it names), `load_checked` only if nobody but root
+//! and the daemon's user can have written it (see [`open_checked`]).
 
 mod diag;
 mod fields;
@@ -47,12 +48,21 @@ pub struct Loaded {
     pub warnings: Vec<Diagnostic>,
 }
 
-/// Reads and parses a desired-state file, whoever may have written it (`validate`, tests);
-/// the daemon uses [`load_checked`].
+/// Reads and parses a desired-state file, whoever may have written it (`plan`, `simulate`,
+/// tests); the daemon and `validate` use [`load_checked`].
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| unreadable(path, format!("cannot read the file: {e}")))?;
     parse_with(path, &text, true)
+}
+
+/// Reads and parses a desired-state file for its content alone: neither its ownership and
+/// modes nor the files it names are checked (`validate --syntax-only`, on a copy that is not
+/// installed).
+pub fn load_content(path: &Path) -> Result<Loaded, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| unreadable(path, format!("cannot read the file: {e}")))?;
+    parse(path, &text)
 }
 
 /// Reads a desired-state file through [`open_checked`] (refusing it unless only root and

@@ -22,6 +22,7 @@ use super::{
     LEASE_PROFILE, STORE_KEY, STORE_VALUE,
 };
 use crate::model::Memory;
+use crate::text::printable;
 
 /// Default socket of a Debian Incus install.
 pub const DEFAULT_SOCKET: &str = "/var/lib/incus/unix.socket";
@@ -210,7 +211,7 @@ impl Client {
         let bytes = resp.bytes().await.map_err(transport)?;
         let env: Envelope = serde_json::from_slice(&bytes).map_err(|e| IncusError::Decode {
             what: what.to_owned(),
-            message: format!("{e} (HTTP {status})"),
+            message: incus_text(&format!("{e} (HTTP {status})")),
         })?;
         if !status.is_success() || env.kind == "error" {
             return Err(IncusError::Api {
@@ -219,7 +220,7 @@ impl Client {
                 message: if env.error.is_empty() {
                     status.to_string()
                 } else {
-                    env.error
+                    incus_text(&env.error)
                 },
             });
         }
@@ -232,7 +233,7 @@ impl Client {
             .await?;
         serde_json::from_value(env.metadata).map_err(|e| IncusError::Decode {
             what: what.to_owned(),
-            message: e.to_string(),
+            message: incus_text(&e.to_string()),
         })
     }
 
@@ -312,10 +313,17 @@ impl Client {
             message: if err.is_empty() {
                 format!("operation ended as {status:?}")
             } else {
-                err.to_owned()
+                incus_text(err)
             },
         })
     }
+}
+
+/// Text from Incus (an error message, what could not be decoded in its answer) as the daemon's
+/// messages carry it: without control characters, which could otherwise end `STATUS=` early
+/// and start another assignment, or draw on a terminal.
+fn incus_text(text: &str) -> String {
+    printable(text).into_owned()
 }
 
 /// The `/wait` of an operation whose URL is `operation`, which may carry a query of its own
@@ -556,7 +564,7 @@ impl Incus for Client {
         };
         let decode = |message: String| IncusError::Decode {
             what: what.clone(),
-            message,
+            message: incus_text(&message),
         };
         #[derive(Deserialize)]
         struct Profile {
@@ -648,7 +656,7 @@ impl Client {
         }
         let message = serde_json::from_slice::<Envelope>(&bytes)
             .ok()
-            .map(|env| env.error)
+            .map(|env| incus_text(&env.error))
             .filter(|m| !m.is_empty())
             .unwrap_or_else(|| status.to_string());
         Err(IncusError::Api {
@@ -660,26 +668,5 @@ impl Client {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::enc;
-
-    #[test]
-    fn the_wait_of_an_operation_keeps_its_query() {
-        assert_eq!(
-            super::wait_path("/1.0/operations/ab-12", 120),
-            "/1.0/operations/ab-12/wait?timeout=120"
-        );
-        assert_eq!(
-            super::wait_path("/1.0/operations/ab-12?project=web", 120),
-            "/1.0/operations/ab-12/wait?timeout=120&project=web"
-        );
-    }
-
-    #[test]
-    fn query_values_are_encoded() {
-        assert_eq!(
-            enc("config.user.incus-hpa.group eq web"),
-            "config.user.incus-hpa.group%20eq%20web"
-        );
-    }
-}
+#[path = "client_tests.rs"]
+mod tests;

@@ -26,7 +26,7 @@ use crate::model::{
     Action, GroupSpec, InstanceStatus, Memory, Observation, ObservedInstance, Policy,
 };
 pub use plot::plot;
-pub use trace::{Trace, TraceError};
+pub use trace::{Trace, TraceError, MAX_TRACE_ROWS, MAX_TRACE_SECONDS};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -157,7 +157,7 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
         .collect();
     let (mut churn, mut flips, mut last_direction) = (0u64, 0u64, 0i64);
     let (mut overload, mut oom, mut waste, mut peak) = (0u64, 0u64, 0u64, 0u32);
-    let mut timeline = Vec::new();
+    let mut timeline = Vec::with_capacity(trace.seconds() as usize);
 
     for t in 0..trace.seconds() {
         let demand = trace.demand(t as f64);

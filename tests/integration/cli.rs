@@ -1,4 +1,5 @@
-//! The binary's command line: `validate` exit codes and located messages, examples, help.
+//! The binary's command line: `validate` exit codes (the file's modes included) and located
+//! messages, examples, help.
 
 use std::path::Path;
 use std::process::Command;
@@ -61,13 +62,26 @@ fn validate_warns_about_a_missing_memory_limit() {
 
 #[test]
 fn validate_names_an_unreadable_file() {
-    let out = bin()
-        .args(["validate", "--config", "/nonexistent/x.toml"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr)
-        .contains("/nonexistent/x.toml: error: cannot read the file"));
+    let validate = |flags: &[&str]| {
+        let out = bin()
+            .args(["validate", "--config", "/nonexistent/x.toml"])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // As `run` opens it, one component at a time: the missing one is named.
+    let err = validate(&[]);
+    assert!(
+        err.contains("/nonexistent/x.toml: error: /nonexistent: no such file or directory"),
+        "{err}"
+    );
+    let err = validate(&["--syntax-only"]);
+    assert!(
+        err.contains("/nonexistent/x.toml: error: cannot read the file"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -77,8 +91,9 @@ fn every_example_validates() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
+            // Their content: the checkout's own modes are not the examples' business.
             let out = bin()
-                .args(["validate", "--config"])
+                .args(["validate", "--syntax-only", "--config"])
                 .arg(&path)
                 .output()
                 .unwrap();
@@ -103,6 +118,57 @@ fn help_and_version() {
     }
     let out = bin().arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("incus-hpa "));
+}
+
+#[test]
+fn validate_fails_where_run_would_refuse_the_file_unless_syntax_only() {
+    let (_dir, file) = good_file();
+    let f = file.display();
+    let check = |flags: &[&str]| {
+        let out = bin()
+            .args(["validate", "--config"])
+            .arg(&file)
+            .args(flags)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let note = "--syntax-only: the content alone was checked, not the ownership and modes";
+
+    chmod(&file, 0o666);
+    let (code, out, err) = check(&[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{f}: error: {f} is writable by its group and others: refusing it (chmod go-w {f})"
+        )),
+        "{err}"
+    );
+    assert!(!out.contains("OK"), "{out}");
+
+    let (code, out, err) = check(&["--syntax-only"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("OK, 1 group(s)"), "{out}");
+    assert!(err.contains(note), "{err}");
+
+    // Fixed as the message says, the file passes without the flag.
+    chmod(&file, 0o644);
+    let (code, out, err) = check(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("OK, 1 group(s)"), "{out}");
+    assert!(!err.contains("--syntax-only"), "{err}");
+
+    // --syntax-only still fails on the content.
+    std::fs::write(&file, "[groups.web]\nmin = 3\nmax = 2\nimage = \"b\"\n").unwrap();
+    chmod(&file, 0o666);
+    let (code, _, err) = check(&["--syntax-only"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("min (3) is greater than max (2)"), "{err}");
+    assert!(err.contains(note), "{err}");
 }
 
 #[test]
@@ -340,18 +406,24 @@ fn run_refuses_a_symlink_another_user_owns_in_a_sticky_directory() {
         "{err}"
     );
 
-    // `validate` checks the contents (fine) and warns that the daemon would refuse the file.
+    // `validate` refuses it as `run` does; `--syntax-only` checks the contents (fine).
     let mut validate = quiet(bin());
     validate.args(["validate", "--config"]).arg(&link);
-    let (code, out, err) = finish(validate);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("OK, 1 group(s)"), "{out}");
+    let (code, _, err) = finish(validate);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains(&format!(
-            "{}: warning: the daemon will refuse this file: {} is a symlink owned by uid {OTHER}",
+            "{}: error: {} is a symlink owned by uid {OTHER}",
             link.display(),
             link.display()
         )),
         "{err}"
     );
+    let mut validate = quiet(bin());
+    validate
+        .args(["validate", "--syntax-only", "--config"])
+        .arg(&link);
+    let (code, out, err) = finish(validate);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("OK, 1 group(s)"), "{out}");
 }

@@ -129,6 +129,17 @@ fn simulate_names_the_file_line_and_key_of_what_is_wrong() {
         e.contains(&format!("{}:3: demand_mib: \"lots\"", bad.display())),
         "{e}"
     );
+    // A run keeps every simulated second: a trace past 30 days is refused, not run.
+    let long = dir.path().join("long.csv");
+    std::fs::write(&long, "t,demand_mib\n0,10\n1e10,0\n").unwrap();
+    let e = run(&["--group", "bench"], &long);
+    assert!(
+        e.contains(&format!(
+            "{}:3: t: 1e10 is beyond the longest trace, 30 days (2592000 s)",
+            long.display()
+        )),
+        "{e}"
+    );
     let e = run(&["--group", "web"], &traces().join("step.csv"));
     assert!(e.contains("no group \"web\" (groups: bench)"), "{e}");
     let nolimit = dir.path().join("g.toml");

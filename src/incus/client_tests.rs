@@ -1,0 +1,109 @@
+//! The client's paths and queries, and what it makes of Incus' own words: an error message or
+//! an operation's `err` with control characters in it (a newline, an escape sequence) comes
+//! out of the client without them, answered by a small HTTP server on a unix socket.
+
+use std::convert::Infallible;
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+
+use super::*;
+
+#[test]
+fn the_wait_of_an_operation_keeps_its_query() {
+    assert_eq!(
+        wait_path("/1.0/operations/ab-12", 120),
+        "/1.0/operations/ab-12/wait?timeout=120"
+    );
+    assert_eq!(
+        wait_path("/1.0/operations/ab-12?project=web", 120),
+        "/1.0/operations/ab-12/wait?timeout=120&project=web"
+    );
+}
+
+#[test]
+fn query_values_are_encoded() {
+    assert_eq!(
+        enc("config.user.incus-hpa.group eq web"),
+        "config.user.incus-hpa.group%20eq%20web"
+    );
+}
+
+/// What the test server answers to a request: HTTP status and JSON body.
+fn answer(req: &Request<hyper::body::Incoming>) -> (u16, serde_json::Value) {
+    let path = req.uri().path();
+    match (req.method().as_str(), path) {
+        ("GET", "/1.0/instances") => (
+            500,
+            serde_json::json!({"type": "error", "error": "a\nb\u{1b}[31m", "error_code": 500}),
+        ),
+        ("DELETE", "/1.0/instances/web-1") => (
+            202,
+            serde_json::json!({"type": "async", "operation": "/1.0/operations/op-1", "metadata": {}}),
+        ),
+        ("GET", "/1.0/operations/op-1/wait") => (
+            200,
+            serde_json::json!({"type": "sync", "metadata": {
+                "status": "Failure", "err": "stopping:\r\nREADY=1\u{0}\u{7f}"}}),
+        ),
+        _ => (
+            404,
+            serde_json::json!({"type": "error", "error": "not found", "error_code": 404}),
+        ),
+    }
+}
+
+/// A client of a server on a unix socket in `dir` that answers with [`answer`].
+async fn client_of_test_server(dir: &std::path::Path) -> Client {
+    let socket = dir.join("incus.socket");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = service_fn(|req| {
+                    let (status, body) = answer(&req);
+                    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+                    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                    async move { Ok::<_, Infallible>(r) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Client::new(&socket.to_string_lossy()).unwrap()
+}
+
+fn assert_no_control(text: &str) {
+    assert!(!text.chars().any(char::is_control), "{text:?}");
+}
+
+#[tokio::test]
+async fn an_incus_error_message_comes_without_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = client_of_test_server(dir.path()).await;
+    let e = client.list("default").await.unwrap_err();
+    assert!(matches!(e, IncusError::Api { status: 500, .. }), "{e:?}");
+    let shown = e.to_string();
+    assert_no_control(&shown);
+    assert_eq!(
+        shown,
+        "Incus refused listing instances: a b [31m (HTTP 500)"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_operation_s_err_comes_without_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = client_of_test_server(dir.path()).await;
+    let e = client.delete("default", "web-1").await.unwrap_err();
+    let IncusError::Operation { message, .. } = &e else {
+        panic!("{e:?}");
+    };
+    assert_eq!(message, "stopping:  READY=1  ");
+    assert_no_control(&e.to_string());
+}
