@@ -9,6 +9,7 @@ mod https;
 mod informer;
 mod lab;
 mod leases;
+mod listeners;
 mod operators;
 mod props;
 mod real_cluster;
