@@ -5,23 +5,18 @@
 //! - `GET /metrics`: the Prometheus exposition (prometheus-client) of [`Telemetry`], in
 //!   OpenMetrics or the classic text format as the client asks ([`crate::exposition`]).
 //!
-//! The socket is created mode 0660 (root and the members of the socket's group may read it);
-//! a socket that cannot be created is logged and the daemon goes on without it.
+//! This module owns the documents and the metrics; `listen` owns the listeners (binding,
+//! accepting, the limits on connections). The socket is created mode 0660 (root and the
+//! members of the socket's group may read it); a socket that cannot be created is logged and
+//! the daemon goes on without it.
 //!
 //! With `[daemon] metrics_address`, `GET /metrics` (and nothing else) is also served on TCP,
 //! for a Prometheus that cannot reach the unix socket.
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+mod listen;
 
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use std::sync::Mutex;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,7 +24,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
-use tokio::net::{TcpListener, UnixListener};
+
+pub use listen::{
+    bind, serve, serve_metrics, start, start_metrics, CONNECTION_LIFETIME, HEADER_READ_TIMEOUT,
+    MAX_CONNECTIONS,
+};
 
 /// Where the daemon listens unless `[daemon] control_socket` says otherwise (the unit's
 /// `RuntimeDirectory=`).
@@ -116,6 +115,12 @@ struct RequestLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    /// `control` (the unix socket) or `metrics` (`[daemon] metrics_address`).
+    listener: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
 }
@@ -183,6 +188,7 @@ pub struct Telemetry {
     pub reconnects: Counter,
     passes: Family<GroupLabels, Histogram, fn() -> Histogram>,
     action_seconds: Family<KindLabels, Histogram, fn() -> Histogram>,
+    refused: Family<ListenerLabels, Counter>,
     board: Mutex<Status>,
 }
 
@@ -243,6 +249,12 @@ impl Default for Telemetry {
             "How long an action took, by kind",
             action_seconds.clone(),
         );
+        let refused = Family::default();
+        registry.register(
+            "listener_refused_connections",
+            "Connections a listener closed at once, unanswered, because it already served its limit",
+            refused.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         registry.register("build_info", "The running version", build.clone());
         build
@@ -262,6 +274,7 @@ impl Default for Telemetry {
             reconnects,
             passes,
             action_seconds,
+            refused,
             board: Mutex::new(Status::default()),
         }
     }
@@ -347,6 +360,16 @@ impl Telemetry {
         *self.board.lock().unwrap_or_else(|e| e.into_inner()) = status;
     }
 
+    /// The counter of connections `listener` (`control` or `metrics`) refused; the first call
+    /// shows it at 0, so a listener that serves exports it before it refuses anything.
+    fn refused(&self, listener: &str) -> Counter {
+        self.refused
+            .get_or_create(&ListenerLabels {
+                listener: listener.into(),
+            })
+            .clone()
+    }
+
     /// The `/status` document now.
     pub fn status(&self) -> Status {
         self.board.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -358,151 +381,6 @@ impl Telemetry {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
-    }
-}
-
-/// What a listener answers: the control socket everything, TCP only the metrics.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Scope {
-    Control,
-    MetricsOnly,
-}
-
-fn respond(
-    t: &Telemetry,
-    req: &Request<hyper::body::Incoming>,
-    scope: Scope,
-) -> Response<Full<Bytes>> {
-    let (status, kind, body) = match (req.method(), req.uri().path()) {
-        (&Method::GET, "/status") if scope == Scope::Control => (
-            StatusCode::OK,
-            "application/json",
-            serde_json::to_string(&t.status()).unwrap_or_default(),
-        ),
-        (&Method::GET, "/metrics") => {
-            let accept = req.headers().get(hyper::header::ACCEPT);
-            let (body, kind) =
-                crate::exposition::negotiate(t.metrics(), accept.and_then(|a| a.to_str().ok()));
-            (StatusCode::OK, kind, body)
-        }
-        (&Method::GET, _) => (StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
-        _ if scope == Scope::MetricsOnly => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "read-only: GET /metrics\n".into(),
-        ),
-        _ => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "read-only: GET /status, GET /metrics\n".into(),
-        ),
-    };
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = status;
-    if let Ok(v) = kind.parse() {
-        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
-    }
-    r
-}
-
-/// Binds `path`, mode 0660. A socket left by a daemon that is gone is replaced; one that
-/// another daemon still answers on is not taken from it.
-pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::AddrInUse,
-            "another incus-hpa answers on it",
-        ));
-    }
-    // Only a socket is replaced: a file by that name that is anything else is not ours.
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
-            std::fs::remove_file(path)?;
-        }
-        Ok(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "something that is not a socket is there",
-            ))
-        }
-        Err(_) => {}
-    }
-    let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
-    Ok(listener)
-}
-
-/// Serves the control socket until the process ends.
-pub async fn serve(listener: UnixListener, telemetry: Arc<Telemetry>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => connection(stream, telemetry.clone(), Scope::Control),
-            Err(e) => accept_failed(e).await,
-        }
-    }
-}
-
-/// Serves `GET /metrics` on TCP until the process ends.
-pub async fn serve_metrics(listener: TcpListener, telemetry: Arc<Telemetry>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => connection(stream, telemetry.clone(), Scope::MetricsOnly),
-            Err(e) => accept_failed(e).await,
-        }
-    }
-}
-
-/// Out of descriptors, say: lets the connections in flight end first.
-async fn accept_failed(e: std::io::Error) {
-    tracing::debug!(error = %e, "control socket: accept failed");
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-}
-
-/// Answers one connection in its own task.
-fn connection<S>(stream: S, t: Arc<Telemetry>, scope: Scope)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    tokio::spawn(async move {
-        let service = service_fn(move |req| {
-            let r = respond(&t, &req, scope);
-            async move { Ok::<_, Infallible>(r) }
-        });
-        let _ = hyper::server::conn::http1::Builder::new()
-            .serve_connection(TokioIo::new(stream), service)
-            .await;
-    });
-}
-
-/// Binds and serves `path` in the background; logs (and carries on) when it cannot.
-pub fn start(path: PathBuf, telemetry: Arc<Telemetry>) {
-    match bind(&path) {
-        Ok(listener) => {
-            tracing::debug!(socket = %path.display(), "control socket ready");
-            tokio::spawn(serve(listener, telemetry));
-        }
-        Err(e) => tracing::warn!(socket = %path.display(), error = %e,
-            "no control socket at {} ({e}): `incus-hpa status` and /metrics are unavailable",
-            path.display()),
-    }
-}
-
-/// Binds `addr` and serves `/metrics` on it in the background; logs (and carries on) when it
-/// cannot. The packaged unit allows no network: the hint names the drop-in that does.
-pub async fn start_metrics(addr: SocketAddr, telemetry: Arc<Telemetry>) {
-    match TcpListener::bind(addr).await {
-        Ok(listener) => {
-            // The address bound: port 0 in the file asks for any free port.
-            let addr = listener.local_addr().unwrap_or(addr);
-            tracing::info!(address = %addr, "serving /metrics on http://{addr}/metrics");
-            tokio::spawn(serve_metrics(listener, telemetry));
-        }
-        Err(e) => tracing::warn!(address = %addr, error = %e,
-            "cannot serve /metrics on {addr} ({e}); under systemd the unit allows no network \
-             unless a drop-in does (see /usr/share/doc/incus-hpa/examples/metrics-tcp.conf)"),
     }
 }
 
@@ -553,6 +431,8 @@ pub fn table(status: &Status) -> String {
     crate::table::render(&header, &rows)
 }
 
+#[cfg(test)]
+mod listen_tests;
 #[cfg(test)]
 mod tests {
     use super::endpoint;

@@ -10,6 +10,7 @@ mod https;
 mod informer;
 mod lab;
 mod leases;
+mod listeners;
 mod notify;
 mod operators;
 mod props;
