@@ -259,8 +259,8 @@ async fn stream(
         tracing::debug!(action = %ev.action, instance = %ev.name, project = %ev.project,
             "Incus event {} {}", ev.action, ev.name);
         // The stream is never left unread while an instance is read: each event is taken in
-        // (and its groups woken, once the cache has it) by a task of its own. Tickets keep the
-        // newest read.
+        // (and its groups woken, once the cache has it) by a task of its own. The informer
+        // reads each instance once for the events that came meanwhile, a few at a time.
         let (store, incus, events) = (Arc::clone(store), Arc::clone(incus), events.clone());
         tokio::spawn(async move {
             store.apply(&incus, &ev).await;
