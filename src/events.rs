@@ -3,7 +3,9 @@
 //! of its project at once instead of at their next interval. Events only wake the loop up; what
 //! to do is still decided from an observation, and if the event stream is down the interval
 //! alone keeps everything converging. Every (re)connection of the stream says that Incus answers
-//! again, and that events may have been missed (the cache lists again).
+//! again, and that events may have been missed (the cache lists again). The websocket is
+//! pinged, and given up when it stays silent ([`live`]): a half-open connection is followed
+//! again from a new one, and the cache listed again, within [`SILENT_MAX`].
 //!
 //! Only `type=lifecycle` is followed: with `operation` events followed as well, about half of
 //! the container starts running beside the daemon stalled here on Incus 6.0.4 (`forkstart`
@@ -17,7 +19,6 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc::UnboundedSender;
-use tokio_tungstenite::tungstenite::Message;
 
 use crate::daemon::{Event, WAIT_MAX};
 use crate::incus::tls::Tls;
@@ -25,6 +26,9 @@ use crate::incus::{Endpoint, Incus, Unreachable};
 pub use crate::informer::Lifecycle;
 use crate::informer::Store;
 use crate::reconciler::backoff;
+
+mod live;
+pub use live::{PING_EVERY, SILENT_MAX};
 
 /// The lifecycle actions that can leave a group short of instances.
 pub const TRIGGERS: &[&str] = &[
@@ -137,6 +141,22 @@ impl IncusEvents {
 #[async_trait]
 impl EventSource for IncusEvents {
     async fn connect(&self) -> Result<EventStream, String> {
+        // A connection that goes silent while it is being set up is given up as well.
+        tokio::time::timeout(SILENT_MAX, self.open())
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "{}: no answer to the event stream's upgrade within {}",
+                    self.endpoint,
+                    humantime::format_duration(SILENT_MAX)
+                ))
+            })
+    }
+}
+
+impl IncusEvents {
+    /// Connects, upgrades to a websocket and follows it, pinged (see [`live`]).
+    async fn open(&self) -> Result<EventStream, String> {
         let place = self.endpoint.to_string();
         match (&self.endpoint, &self.tls) {
             (Endpoint::Unix(socket), _) => {
@@ -147,7 +167,7 @@ impl EventSource for IncusEvents {
                 let (ws, _) = tokio_tungstenite::client_async(url, unix)
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok(lifecycle(ws))
+                Ok(live::lifecycle(ws))
             }
             (Endpoint::Https { host, .. }, Some(tls)) => {
                 let authority = self.endpoint.authority().unwrap_or_default();
@@ -166,30 +186,13 @@ impl EventSource for IncusEvents {
                 let (ws, _) = tokio_tungstenite::client_async(url, stream)
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok(lifecycle(ws))
+                Ok(live::lifecycle(ws))
             }
             (Endpoint::Https { .. }, None) => {
                 Err(format!("{place}: HTTPS needs a client certificate"))
             }
         }
     }
-}
-
-/// The lifecycle events of an open websocket.
-fn lifecycle<S>(ws: tokio_tungstenite::WebSocketStream<S>) -> EventStream
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    // Reading continuously also answers the server's pings (tungstenite queues the pongs).
-    let events = ws
-        .map(|msg| match msg {
-            Ok(Message::Text(text)) => parse(text.as_str()).map(Ok),
-            Ok(Message::Close(_)) => Some(Err("closed by Incus".to_owned())),
-            Ok(_) => None,
-            Err(e) => Some(Err(e.to_string())),
-        })
-        .filter_map(std::future::ready);
-    events.boxed()
 }
 
 /// Follows the event source forever, reconnecting with backoff (at most [`WAIT_MAX`] apart),
@@ -256,8 +259,8 @@ async fn stream(
         tracing::debug!(action = %ev.action, instance = %ev.name, project = %ev.project,
             "Incus event {} {}", ev.action, ev.name);
         // The stream is never left unread while an instance is read: each event is taken in
-        // (and its groups woken, once the cache has it) by a task of its own. Tickets keep the
-        // newest read.
+        // (and its groups woken, once the cache has it) by a task of its own. The informer
+        // reads each instance once for the events that came meanwhile, a few at a time.
         let (store, incus, events) = (Arc::clone(store), Arc::clone(incus), events.clone());
         tokio::spawn(async move {
             store.apply(&incus, &ev).await;

@@ -165,6 +165,9 @@ impl Reconciler {
                 .values()
                 .map(|g| (g.project.as_str(), g.name.as_str())),
         );
+        // Projects no group observes any more leave the informer's cache.
+        let projects = state.groups.values().map(|g| g.project.clone()).collect();
+        self.ctx.store.retain_projects(&projects);
         if state.daemon.memory_source != self.memory_kind {
             self.memory_kind = state.daemon.memory_source;
             self.memory = (self.ctx.memory)(self.memory_kind);

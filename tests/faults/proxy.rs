@@ -11,7 +11,10 @@
 //! a client never reuses a connection the proxy is about to drop, and never retries on its
 //! own. Each forwarded request gets its own upstream connection and is sent with
 //! `Connection: close`, except websocket upgrades (`GET /1.0/events`), which are forwarded as
-//! they are and then piped both ways until either side closes.
+//! they are and then piped both ways until either side closes, or until
+//! [`ProxyHandle::silence_events`] silences them: then nothing more is forwarded either way and
+//! both sides are kept open (a half-open connection, as the client sees it) until the client
+//! leaves.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -128,6 +131,8 @@ struct Slot {
 pub struct ProxyHandle {
     rules: Arc<Mutex<Vec<Slot>>>,
     requests: watch::Sender<u64>,
+    /// Bumped to silence the websockets piped at the time; each one piped holds a receiver.
+    silence: watch::Sender<u64>,
 }
 
 impl ProxyHandle {
@@ -135,7 +140,17 @@ impl ProxyHandle {
         Self {
             rules: Arc::default(),
             requests: watch::Sender::new(0),
+            silence: watch::Sender::new(0),
         }
+    }
+
+    /// Silences every websocket piped now (the event streams): from now on nothing is
+    /// forwarded on them either way, and they stay open until their client leaves. Later
+    /// upgrades are piped as usual. Returns how many websockets are open through the proxy
+    /// (all of them silent now).
+    pub fn silence_events(&self) -> usize {
+        self.silence.send_modify(|n| *n += 1);
+        self.silence.receiver_count()
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Slot>> {
@@ -152,12 +167,12 @@ impl ProxyHandle {
         });
     }
 
-    /// Removes every rule (and its counters): everything is forwarded again.
     /// The rules in force, in order.
     pub fn rules(&self) -> Vec<Rule> {
         self.lock().iter().map(|s| s.rule.clone()).collect()
     }
 
+    /// Removes every rule (and its counters): everything is forwarded again.
     pub fn clear(&self) {
         self.lock().clear();
     }
@@ -282,7 +297,7 @@ async fn serve(mut client: UnixStream, upstream: PathBuf, handle: ProxyHandle) {
         Err(_) => return,
     };
     let _ = match handle.pick(&req.method, &req.target, req.upgrade) {
-        None => forward(client, &upstream, &req).await,
+        None => forward(client, &upstream, &req, &handle).await,
         Some(Fault::Status(code)) => {
             let body = error_body(code, &format!("injected {code}"));
             respond(&mut client, code, &body).await
@@ -290,7 +305,7 @@ async fn serve(mut client: UnixStream, upstream: PathBuf, handle: ProxyHandle) {
         Some(Fault::Reset) => Ok(()), // `client` is dropped (closed) on return
         Some(Fault::Delay(d)) => {
             tokio::time::sleep(d).await;
-            forward(client, &upstream, &req).await
+            forward(client, &upstream, &req, &handle).await
         }
         Some(Fault::Body(body)) => respond(&mut client, 200, &body).await,
         Some(Fault::TruncateUpstream) => match exchange(&mut client, &upstream, &req).await {
@@ -413,15 +428,42 @@ async fn connect(client: &mut UnixStream, upstream: &Path, req: &Request) -> Opt
     }
 }
 
+/// Pipes an upgraded connection both ways until either side closes, or until `silence` changes
+/// (see [`ProxyHandle::silence_events`]): then whatever either side sends is read and dropped,
+/// and both stay open until the client leaves.
+async fn pipe(
+    mut client: UnixStream,
+    mut up: UnixStream,
+    mut silence: watch::Receiver<u64>,
+) -> io::Result<()> {
+    tokio::select! {
+        piped = tokio::io::copy_bidirectional(&mut client, &mut up) => return piped.map(drop),
+        Ok(()) = silence.changed() => {}
+    }
+    let (mut from_client, mut from_up) = ([0u8; 4096], [0u8; 4096]);
+    let mut up_open = true;
+    loop {
+        tokio::select! {
+            n = client.read(&mut from_client) => if !matches!(n, Ok(1..)) {
+                return Ok(());
+            },
+            n = up.read(&mut from_up), if up_open => up_open = matches!(n, Ok(1..)),
+        }
+    }
+}
+
 /// Forwards the request and streams the answer back (or pipes an upgrade both ways).
-async fn forward(mut client: UnixStream, upstream: &Path, req: &Request) -> io::Result<()> {
+async fn forward(
+    mut client: UnixStream,
+    upstream: &Path,
+    req: &Request,
+    handle: &ProxyHandle,
+) -> io::Result<()> {
     let Some(mut up) = connect(&mut client, upstream, req).await else {
         return Ok(());
     };
     if req.upgrade {
-        return tokio::io::copy_bidirectional(&mut client, &mut up)
-            .await
-            .map(drop);
+        return pipe(client, up, handle.silence.subscribe()).await;
     }
     let mut buf = Vec::new();
     if let Ok(end) = read_head(&mut up, &mut buf).await {

@@ -21,11 +21,13 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// A fake incusd: `GET /1.0` gets [`VERSION`], `/hang…` never an answer, a websocket upgrade
 /// `101` and then an echo of every byte, anything else an echo of its method, target and
-/// body. Each request (head and body, as text) goes to `seen` before it is answered. Answers
-/// have a `Content-Length` and no `Connection` header; the connection is closed after each.
+/// body. Each request (head and body, as text) goes to `seen` before it is answered, and
+/// what a websocket echoed to `echoed` once it is closed. Answers have a `Content-Length` and
+/// no `Connection` header; the connection is closed after each.
 struct Upstream {
     path: PathBuf,
     seen: mpsc::UnboundedReceiver<String>,
+    echoed: mpsc::UnboundedReceiver<Vec<u8>>,
     task: JoinHandle<()>,
 }
 
@@ -33,12 +35,18 @@ impl Upstream {
     fn start(path: PathBuf) -> Self {
         let listener = UnixListener::bind(&path).unwrap();
         let (tx, seen) = mpsc::unbounded_channel();
+        let (echo_tx, echoed) = mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
-                tokio::spawn(fake_conn(conn, tx.clone()));
+                tokio::spawn(fake_conn(conn, tx.clone(), echo_tx.clone()));
             }
         });
-        Self { path, seen, task }
+        Self {
+            path,
+            seen,
+            echoed,
+            task,
+        }
     }
 
     /// The requests it has read so far (every one answered already is among them).
@@ -53,7 +61,11 @@ impl Drop for Upstream {
     }
 }
 
-async fn fake_conn(mut s: UnixStream, seen: mpsc::UnboundedSender<String>) {
+async fn fake_conn(
+    mut s: UnixStream,
+    seen: mpsc::UnboundedSender<String>,
+    echoed: mpsc::UnboundedSender<Vec<u8>>,
+) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let mut need = usize::MAX;
@@ -89,9 +101,12 @@ async fn fake_conn(mut s: UnixStream, seen: mpsc::UnboundedSender<String>) {
             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
         let _ = s.write_all(switch.as_bytes()).await;
         let _ = s.write_all(&buf[need..]).await;
+        let mut all = buf[need..].to_vec();
         while let Ok(n @ 1..) = s.read(&mut chunk).await {
             let _ = s.write_all(&chunk[..n]).await;
+            all.extend_from_slice(&chunk[..n]);
         }
+        let _ = echoed.send(all);
         return;
     }
     let answer = if method == "GET" && target == "/1.0" {
@@ -469,6 +484,66 @@ async fn websocket_upgrades_are_piped_both_ways_and_can_be_refused() {
         "{}",
         seen[0]
     );
+}
+
+/// Upgrades to a websocket through the proxy at `socket` (reads the 101).
+async fn upgraded(socket: &Path) -> UnixStream {
+    let upgrade = "GET /1.0/events?type=lifecycle HTTP/1.1\r\nHost: incus\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    let mut s = UnixStream::connect(socket).await.unwrap();
+    s.write_all(upgrade.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    while find(&got, b"\r\n\r\n").is_none() {
+        let mut byte = [0u8; 1];
+        s.read_exact(&mut byte)
+            .await
+            .expect("closed before the 101");
+        got.push(byte[0]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 101 Switching Protocols\r\n"));
+    s
+}
+
+/// Writes `word` and reads it back from the echoing upstream.
+async fn echo(s: &mut UnixStream, word: &[u8]) {
+    s.write_all(word).await.unwrap();
+    let mut back = vec![0u8; word.len()];
+    s.read_exact(&mut back).await.unwrap();
+    assert_eq!(back, word);
+}
+
+#[tokio::test]
+async fn silenced_websockets_forward_nothing_and_stay_open_until_the_client_leaves() {
+    let mut t = setup();
+    let h = t.proxy.handle();
+    assert_eq!(h.silence_events(), 0, "no websocket yet");
+    let mut silent = upgraded(t.proxy.path()).await;
+    echo(&mut silent, b"hello").await;
+    assert_eq!(h.silence_events(), 1);
+    silent.write_all(b"lost").await.unwrap();
+    // A later upgrade is piped as usual, and its close goes through.
+    let mut fresh = upgraded(t.proxy.path()).await;
+    echo(&mut fresh, b"fresh").await;
+    fresh.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    fresh.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(t.up.echoed.recv().await.unwrap(), b"fresh");
+    // The silenced one is still open: nothing to read, and no end either.
+    let mut buf = [0u8; 16];
+    let err = silent.try_read(&mut buf).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        std::io::ErrorKind::WouldBlock,
+        "closed or answered"
+    );
+    // Once its client leaves, it is closed both ways; what was sent after the silence never
+    // reached upstream, nor came back.
+    silent.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    silent.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    assert_eq!(t.up.echoed.recv().await.unwrap(), b"hello");
+    assert_eq!(h.counts().requests, 2);
 }
 
 #[tokio::test]

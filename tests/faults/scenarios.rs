@@ -1,6 +1,7 @@
 //! The fault scenarios, against the real incusd: faults injected by the proxy while the daemon
 //! has something to do, SIGKILL of the daemon mid-action, incusd stopped under it, instances
-//! changed behind its back, a crash loop, and bad edits of its file. Each ends with the same
+//! changed behind its back (once while its event stream is silent), a crash loop, and bad edits
+//! of its file. Each ends with the same
 //! checks (sentinels untouched, no orphans, no scale-down on missing data, no panic) and adds
 //! its row to the report. They share one incusd and one of them stops it: run them one at a
 //! time (`--test-threads=1`), as `scripts/test.sh` does.
@@ -329,6 +330,37 @@ fn instances_deleted_stopped_and_frozen_behind_its_back() {
     // The frozen one is replaced once confirmed, and removed after its 6 s grace.
     w.converge(3, MINUTE);
     assert!(!exists(&own[2]), "{}", w.lab.log());
+    let t = t0.elapsed();
+    let downs = scale_downs(&w.lab.log());
+    w.finish(t, downs);
+}
+
+#[test]
+#[ignore = "needs a real Incus (scripts/test.sh runs the fault suite)"]
+fn an_event_stream_that_goes_silent() {
+    let mut w = World::new("an event stream that goes silent", "fsilent", true);
+    let g = w.lab.group.clone();
+    // Nothing but the event stream can tell the daemon of a deletion: a pass reads the cache,
+    // listed again only when the stream reconnects or at the (long) resync.
+    let toml = desired(&g, 2, 4, "").replace("[daemon]", "[daemon]\nresync = \"10m\"");
+    w.start(&toml);
+    w.converge(2, MINUTE);
+    w.add_sentinels();
+    let own: Vec<String> = w.own().into_iter().map(|(n, _)| n).collect();
+    // Half-open, as the daemon sees it: open, but nothing comes, not even pongs.
+    let silenced = w.faults().silence_events();
+    assert_eq!(silenced, 1, "the daemon's event stream, through the proxy");
+    let t0 = Instant::now();
+    incus_ok(&["delete", "--force", &own[0]]);
+    // Noticed by giving the silent stream up (SILENT_MAX, 30 s), reconnecting and listing
+    // again: a replacement is created.
+    let noticed = eventually(&w.lab, "a replacement", MINUTE, || {
+        w.own().iter().any(|(n, _)| !own.contains(n))
+    });
+    eprintln!("{}: the deletion noticed after {noticed:.1?}", w.name);
+    let given_up = w.lab.log_count(&["no sign of life from the event stream"]);
+    assert_eq!(given_up, 1, "{}", w.lab.log());
+    w.converge(2, MINUTE);
     let t = t0.elapsed();
     let downs = scale_downs(&w.lab.log());
     w.finish(t, downs);

@@ -71,6 +71,11 @@ struct State {
     leases_refused: bool,
     /// Creations happen, but their wait ends before Incus tells how (a slow image unpack).
     creates_unfinished: bool,
+    /// How long an instance read (`get`) takes to answer, the reads in flight and the most
+    /// that ever were at once (see [`FakeIncus::set_read_time`]).
+    read_time: Option<std::time::Duration>,
+    reading: usize,
+    most_reading: usize,
 }
 
 impl State {
@@ -436,10 +441,20 @@ impl Incus for FakeIncus {
 
     async fn get(&self, _project: &str, name: &str) -> Result<Option<Instance>, IncusError> {
         self.call("get")?;
-        self.with(|s| match s.instances.get(name) {
+        let found = self.with(|s| match s.instances.get(name) {
             Some(i) if s.offline.contains(&i.location) => Err(s.member_offline(&i.location)),
             found => Ok(found.map(|i| s.to_api(name, i))),
-        })
+        });
+        // What was read when the request came is what arrives, `read_time` later.
+        if let Some(t) = self.with(|s| s.read_time) {
+            self.with(|s| {
+                s.reading += 1;
+                s.most_reading = s.most_reading.max(s.reading);
+            });
+            tokio::time::sleep(t).await;
+            self.with(|s| s.reading -= 1);
+        }
+        found
     }
 
     async fn create(&self, project: &str, req: &CreateInstance) -> Result<(), IncusError> {
@@ -697,6 +712,17 @@ impl Incus for FakeIncus {
 }
 
 impl FakeIncus {
+    /// Makes every instance read (`get`) answer `time` after it came (what it says is the
+    /// state when it came), or at once (`None`), and counts the reads in flight at once.
+    pub fn set_read_time(&self, time: Option<std::time::Duration>) {
+        self.with(|s| s.read_time = time);
+    }
+
+    /// The most instance reads that were in flight at once (with a read time set).
+    pub fn most_reads_at_once(&self) -> usize {
+        self.with(|s| s.most_reading)
+    }
+
     /// Refuses lease writes (HTTP 403), or stops refusing them.
     pub fn refuse_leases(&self, refused: bool) {
         self.with(|s| s.leases_refused = refused);

@@ -1,8 +1,15 @@
 //! The informer against the fake Incus: a steady pass asks nothing of Incus, events keep the
-//! cache right, a lost event stream and the resync period bring a fresh list.
+//! cache right, a lost event stream and the resync period bring a fresh list, reads for events
+//! are coalesced and bounded, projects no group uses are dropped.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use incus_hpa::daemon::Event;
+use incus_hpa::events::follow;
+use incus_hpa::informer::{Store, READS_AT_ONCE};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
 
 use crate::fake::{mem, FakeIncus};
 use crate::util::{eventually, run_for, web, Harness};
@@ -168,5 +175,108 @@ async fn the_daemons_own_creations_are_read_once_by_the_action_not_by_their_even
     let name = h.fake.managed("web")[0].0.clone();
     h.fake.set_config(&name, "user.note", Some("x"));
     eventually("the update read", MINUTE, || h.fake.calls("get") == 4).await;
+    h.shutdown().await;
+}
+
+/// The event follower alone over `fake` (no reconcile loop): its cache, with `default` listed,
+/// and the events it sends the loop.
+async fn follower(fake: &Arc<FakeIncus>) -> (Arc<Store>, UnboundedReceiver<Event>) {
+    let store = Arc::new(Store::default());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let reconnects = incus_hpa::control::Telemetry::default().reconnects;
+    tokio::spawn(follow(
+        fake.clone(),
+        fake.clone(),
+        store.clone(),
+        tx,
+        reconnects,
+    ));
+    assert_eq!(rx.recv().await, Some(Event::IncusBack));
+    let listed = store.list(fake.as_ref(), "default", Instant::now(), MINUTE);
+    assert_eq!(listed.await.unwrap().len(), fake.listing().len());
+    (store, rx)
+}
+
+/// Waits for `n` wake-ups of groups (each sent once the cache has what its event said).
+async fn woken(rx: &mut UnboundedReceiver<Event>, n: usize) {
+    for _ in 0..n {
+        match rx.recv().await {
+            Some(Event::InstanceChanged { .. }) => {}
+            other => panic!("expected a wake-up, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mass_stop_is_read_a_few_instances_at_a_time() {
+    let fake = Arc::new(FakeIncus::default());
+    let names: Vec<String> = (0..50).map(|i| format!("web-{i:02}")).collect();
+    for n in &names {
+        fake.add_owned("web", n, "Running");
+    }
+    let (store, mut rx) = follower(&fake).await;
+    fake.set_read_time(Some(Duration::from_millis(100)));
+    for n in &names {
+        fake.set_status(n, "Stopped");
+    }
+    woken(&mut rx, 50).await;
+    assert_eq!(fake.calls("get"), 50, "one read per instance");
+    let most = fake.most_reads_at_once();
+    assert!(
+        (1..=READS_AT_ONCE).contains(&most),
+        "{most} reads in flight at once"
+    );
+    let cached = store.snapshot().remove("default").unwrap_or_default();
+    assert_eq!(cached.len(), 50);
+    assert!(cached.iter().all(|(_, s)| s == "Stopped"), "{cached:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_for_one_instance_are_coalesced_and_the_newest_state_is_read() {
+    let fake = Arc::new(FakeIncus::default());
+    fake.add_owned("web", "web-a", "Running");
+    let (store, mut rx) = follower(&fake).await;
+    fake.set_read_time(Some(Duration::from_secs(1)));
+    fake.set_config("web-a", "user.note", Some("0"));
+    // Nine more changes while the first read is in flight (it answers what it saw first).
+    eventually("the first read sent", MINUTE, || fake.calls("get") == 1).await;
+    for i in 1..10 {
+        fake.set_config("web-a", "user.note", Some(&i.to_string()));
+    }
+    woken(&mut rx, 10).await;
+    let reads = fake.calls("get");
+    assert!((1..=2).contains(&reads), "{reads} reads for 10 events");
+    let cached = store.instances("default", Instant::now(), Duration::MAX);
+    let note = cached.unwrap()[0].config.get("user.note").cloned();
+    assert_eq!(note.as_deref(), Some("9"), "the cache has the last state");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_project_no_group_uses_any_more_is_dropped_and_its_events_are_not_read() {
+    let fake = Arc::new(FakeIncus::default());
+    let h = Harness::start(&web(1, 3), fake);
+    eventually("1 running", MINUTE, || h.fake.running("web") == 1).await;
+    run_for(incus_hpa::informer::SETTLE * 2).await;
+    assert!(h.store.follows("default"));
+    // The group moves to another project (where it wants nothing).
+    let moved = web(0, 3).replace(
+        "image = \"busybox\"",
+        "image = \"busybox\"\nproject = \"staging\"",
+    );
+    h.reload(&moved);
+    eventually("default dropped", MINUTE, || !h.store.follows("default")).await;
+    eventually("staging listed", MINUTE, || h.store.follows("staging")).await;
+    let reads = h.fake.calls("get");
+    let left = h.fake.managed("web")[0].0.clone();
+    h.fake.set_config(&left, "user.note", Some("x"));
+    h.fake.set_status(&left, "Stopped");
+    run_for(incus_hpa::informer::SETTLE * 2).await;
+    assert_eq!(
+        h.fake.calls("get"),
+        reads,
+        "events of a dropped project were read"
+    );
+    assert!(!h.store.follows("default"));
+    assert!(!h.store.snapshot().contains_key("default"));
     h.shutdown().await;
 }
