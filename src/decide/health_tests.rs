@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::tests::{at, obs, settled, spec, unmeasured};
+use super::tests::{at, obs, removed, settled, spec, unmeasured};
 use super::*;
 use crate::model::{GroupSpec, InstanceStatus, Note, ObservedInstance};
 
@@ -309,11 +309,7 @@ fn an_instance_whose_start_keeps_failing_is_replaced_left_in_place_and_holds_not
         "{:?}",
         p.notes
     );
-    assert!(
-        removed_names(&p).is_empty(),
-        "never removed: {:?}",
-        p.actions
-    );
+    assert!(removed(&p).is_empty(), "never removed: {:?}", p.actions);
     assert_eq!(p.requeue_in, Some(Duration::from_secs(40)));
     // Said once; its start is still tried after the backoff.
     let later = now + Duration::from_secs(40);
@@ -332,7 +328,7 @@ fn an_instance_whose_start_keeps_failing_is_replaced_left_in_place_and_holds_not
     h.started(&s, "web-1", false, later);
     let p = decide(&s, &idle, &mut h, later + SEC);
     assert_eq!(p.desired, 1, "{:?}", p.reason);
-    assert_eq!(removed_names(&p), vec!["web-3"]);
+    assert_eq!(removed(&p), vec!["web-3"]);
     // Below its desired count (load on target) it is replaced, within max.
     let (mut h, now) = settled(3);
     for _ in 0..START_FAILURE_LIMIT {
@@ -345,16 +341,6 @@ fn an_instance_whose_start_keeps_failing_is_replaced_left_in_place_and_holds_not
     ]);
     let p = decide(&s, &o, &mut h, now);
     assert_eq!(creates(&p), vec![Cause::Replace]);
-}
-
-fn removed_names(p: &Plan) -> Vec<&str> {
-    p.actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Remove { name, .. } => Some(name.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]
@@ -377,7 +363,7 @@ fn a_transition_is_confirmed_before_removal_whatever_the_grace() {
     // Stuck for the confirmation: removed at once (a zero grace), and replaced.
     decide(&s, &o, &mut h, t0 + 3 * SEC);
     let p = decide(&s, &o, &mut h, t0 + 3 * SEC + UNHEALTHY_CONFIRM);
-    assert_eq!(removed_names(&p), vec!["web-1"]);
+    assert_eq!(removed(&p), vec!["web-1"]);
     assert_eq!(creates(&p), vec![Cause::Replace]);
 }
 

@@ -30,10 +30,16 @@ fn spec(extra: &str) -> GroupSpec {
     loaded.state.groups.into_values().next().unwrap()
 }
 
-/// Applies `actions` with a fence that holds for its first `allowed` questions.
-async fn apply(fake: &FakeIncus, spec: &GroupSpec, actions: &[Action], allowed: usize) -> Applied {
+/// Applies `actions` on a cache read before `behind_its_back` changes Incus, with a fence
+/// that holds for its first `allowed` questions.
+async fn apply(
+    fake: &FakeIncus,
+    spec: &GroupSpec,
+    behind_its_back: impl FnOnce(),
+    actions: &[Action],
+    allowed: usize,
+) -> Applied {
     let store = Store::default();
-    // The cache as a pass saw it, before what the test changes behind its back.
     store
         .list(
             fake,
@@ -43,6 +49,7 @@ async fn apply(fake: &FakeIncus, spec: &GroupSpec, actions: &[Action], allowed: 
         )
         .await
         .unwrap();
+    behind_its_back();
     let asked = AtomicUsize::new(0);
     let fence = || asked.fetch_add(1, Ordering::SeqCst) < allowed;
     act::apply(
@@ -72,7 +79,7 @@ async fn a_removal_stops_at_the_step_where_the_lease_ran_out() {
     fake.add_owned("web", "web-aaaaaa", "Running");
     let s = spec("drain_command = [\"/bin/true\"]");
     // Held to start the action and to drain; gone before the stop.
-    let applied = apply(&fake, &s, &[remove("web-aaaaaa")], 2).await;
+    let applied = apply(&fake, &s, || {}, &[remove("web-aaaaaa")], 2).await;
     let result = &applied.outcomes[0].result;
     assert!(
         matches!(result, Err(ActError::LeaseLost { step }) if step.contains("stopping")),
@@ -89,7 +96,7 @@ async fn a_removal_stops_at_the_step_where_the_lease_ran_out() {
         vec![("web-aaaaaa".into(), "Running".into())]
     );
     // Held throughout: stopped and deleted.
-    let applied = apply(&fake, &s, &[remove("web-aaaaaa")], usize::MAX).await;
+    let applied = apply(&fake, &s, || {}, &[remove("web-aaaaaa")], usize::MAX).await;
     assert!(applied.outcomes[0].result.is_ok());
     assert!(!fake.exists("web-aaaaaa"));
 }
@@ -104,37 +111,9 @@ async fn actions_not_started_for_lack_of_a_lease_are_counted() {
         };
         3
     ];
-    let applied = apply(&fake, &s, &creates, 0).await;
+    let applied = apply(&fake, &s, || {}, &creates, 0).await;
     assert_eq!((applied.outcomes.len(), applied.fenced), (0, 3));
     assert_eq!(fake.calls("create"), 0);
-}
-
-/// Applies `actions` with a cache read before `behind_its_back` changes Incus.
-async fn apply_stale(
-    fake: &FakeIncus,
-    spec: &GroupSpec,
-    behind_its_back: impl FnOnce(),
-    actions: &[Action],
-) -> Applied {
-    let store = Store::default();
-    store
-        .list(fake, "default", tokio::time::Instant::now(), Duration::MAX)
-        .await
-        .unwrap();
-    behind_its_back();
-    let fence = || true;
-    act::apply(
-        &Ctx {
-            incus: fake,
-            store: &store,
-            spec,
-            shutdown: &Shutdown::default(),
-            fence: &fence,
-        },
-        actions,
-        1,
-    )
-    .await
 }
 
 #[tokio::test(start_paused = true)]
@@ -144,11 +123,12 @@ async fn fresh_reads_refuse_what_a_stale_cache_would_allow() {
     fake.add_owned("web", "web-bbbbbb", "Stopped");
     let s = spec("");
     // Protected after the pass read it: never removed.
-    let applied = apply_stale(
+    let applied = apply(
         &fake,
         &s,
         || fake.set_config("web-aaaaaa", PROTECTED_KEY, Some("true")),
         &[remove("web-aaaaaa")],
+        usize::MAX,
     )
     .await;
     let result = &applied.outcomes[0].result;
@@ -169,11 +149,12 @@ async fn fresh_reads_refuse_what_a_stale_cache_would_allow() {
             cause: Cause::ScaleUp,
         },
     ] {
-        let applied = apply_stale(
+        let applied = apply(
             &fake,
             &s,
             || fake.set_config("web-bbbbbb", OWNER_KEY, Some("default/web-bbbbbb/theirs")),
             &[action],
+            usize::MAX,
         )
         .await;
         let result = &applied.outcomes[0].result;
@@ -190,15 +171,10 @@ async fn fresh_reads_refuse_what_a_stale_cache_would_allow() {
 async fn a_creation_incus_did_not_finish_telling_is_never_undone_and_counted_next_pass() {
     let fake = Arc::new(FakeIncus::default());
     fake.set_creates_unfinished(true);
-    let applied = apply(
-        &fake,
-        &spec(""),
-        &[Action::Create {
-            cause: Cause::BelowMin,
-        }],
-        usize::MAX,
-    )
-    .await;
+    let create = [Action::Create {
+        cause: Cause::BelowMin,
+    }];
+    let applied = apply(&fake, &spec(""), || {}, &create, usize::MAX).await;
     assert!(
         matches!(applied.outcomes[0].result, Ok(Done::StillRunning)),
         "{:?}",

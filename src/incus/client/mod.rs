@@ -4,9 +4,10 @@
 //! Every request has a timeout. Asynchronous answers are followed to their operation, which is
 //! waited for with `/wait`, whose body (not its HTTP status, always 200) says how it ended.
 //! `/1.0/metrics` is the one answer that is not JSON: Prometheus text, read by
-//! [`crate::memory::from_metrics`].
+//! [`crate::memory::from_metrics`]. The lease store's reads and writes are in [`store`].
 
-use std::collections::BTreeMap;
+mod store;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -19,7 +20,6 @@ use serde_json::Value;
 use super::tls::Tls;
 use super::{
     CreateInstance, Endpoint, Incus, IncusError, Instance, LeaseHome, StateChange, Unreachable,
-    LEASE_PROFILE, STORE_KEY, STORE_VALUE,
 };
 use crate::model::Memory;
 use crate::text::printable;
@@ -529,88 +529,11 @@ impl Incus for Client {
     }
 
     async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError> {
-        let what = format!("reading profile {LEASE_PROFILE} of project {project}");
-        let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
-        let read = self
-            .exchange(Method::GET, &path, None, self.timeout, &what, None)
-            .await;
-        let (_, etag, env) = match read {
-            Err(e) if e.is_not_found() => {
-                let body = serde_json::json!({
-                    "name": LEASE_PROFILE,
-                    "description": "incus-hpa's lease store (user.incus-hpa.lease.GROUP): made by incus-hpa; attach it to no instance",
-                    "config": { STORE_KEY: STORE_VALUE },
-                    "devices": {},
-                });
-                let create = format!("/1.0/profiles?project={}", enc(project));
-                let made = self
-                    .send(
-                        Method::POST,
-                        &create,
-                        Some(&body),
-                        self.timeout,
-                        &format!("creating profile {LEASE_PROFILE} in project {project}"),
-                    )
-                    .await;
-                match made {
-                    // Another daemon made it first (or a person did: the caller checks).
-                    Ok(_) | Err(IncusError::Api { status: 409, .. }) => {}
-                    Err(e) => return Err(e),
-                }
-                self.exchange(Method::GET, &path, None, self.timeout, &what, None)
-                    .await?
-            }
-            other => other?,
-        };
-        let decode = |message: String| IncusError::Decode {
-            what: what.clone(),
-            message: incus_text(&message),
-        };
-        #[derive(Deserialize)]
-        struct Profile {
-            #[serde(default)]
-            config: BTreeMap<String, String>,
-            #[serde(default)]
-            description: String,
-            #[serde(default)]
-            devices: Option<serde_json::Map<String, Value>>,
-            #[serde(default)]
-            used_by: Option<Vec<String>>,
-        }
-        let p: Profile = serde_json::from_value(env.metadata).map_err(|e| decode(e.to_string()))?;
-        Ok(LeaseHome {
-            config: p.config,
-            description: p.description,
-            devices: p.devices.unwrap_or_default(),
-            used_by: p.used_by.unwrap_or_default(),
-            etag: etag.ok_or_else(|| decode("no ETag in the answer".into()))?,
-        })
+        store::read(self, project).await
     }
 
     async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
-        let what = format!("writing profile {LEASE_PROFILE} of project {project}");
-        let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
-        // A PUT replaces the whole profile: what was read goes back with it.
-        let body = serde_json::json!({
-            "config": new.config,
-            "description": new.description,
-            "devices": new.devices,
-        });
-        match self
-            .exchange(
-                Method::PUT,
-                &path,
-                Some(&body),
-                self.timeout,
-                &what,
-                Some(&new.etag),
-            )
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(IncusError::Api { status: 412, .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        store::write(self, project, new).await
     }
 
     async fn memory_metrics(

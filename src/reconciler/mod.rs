@@ -6,7 +6,12 @@
 //! Groups are independent: they are reconciled concurrently, and one group's failure (a
 //! missing image, say) only backs that group off. Incus events wake a group early, except the
 //! events of the daemon's own removals, and except a group that is backing off; a group backing
-//! off because Incus was unreachable is retried as soon as Incus is back.
+//! off because Incus was unreachable is retried as soon as Incus is back. One pass of one group
+//! is [`pass`].
+
+mod pass;
+
+pub use pass::ReconcileError;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -14,15 +19,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::act::{self, ActError, Done, Outcome, Shutdown};
+use crate::act::Shutdown;
 use crate::control::{GroupStatus, LastAction, Status, Telemetry};
-use crate::decide::{decide, History};
-use crate::incus::{Incus, IncusError};
+use crate::decide::History;
+use crate::incus::Incus;
 use crate::informer::Store;
 use crate::lease::Standing;
 use crate::memory::MemorySource;
 use crate::model::{DesiredState, GroupName, GroupSpec, MemorySourceKind, Reason};
-use crate::observe::observe;
 use crate::report;
 
 /// First retry delay after a failed reconcile; doubles up to [`BACKOFF_MAX`].
@@ -31,29 +35,6 @@ pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// How long after the daemon removed an instance the events about it are its own.
 const OWN_EVENTS: Duration = Duration::from_secs(10);
-
-/// Why one reconcile of a group failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    #[error("observing failed: {0}")]
-    Observe(#[source] IncusError),
-    #[error("{failed} of {total} action(s) failed: {first}")]
-    Act {
-        failed: usize,
-        total: usize,
-        first: ActError,
-    },
-}
-
-impl ReconcileError {
-    /// True when Incus could not be reached (rather than refusing something).
-    pub fn is_transport(&self) -> bool {
-        match self {
-            ReconcileError::Observe(e) => e.is_transport(),
-            ReconcileError::Act { first, .. } => first.is_transport(),
-        }
-    }
-}
 
 /// Builds the memory source `[daemon] memory_source` asks for.
 pub type MemoryFactory = Arc<dyn Fn(MemorySourceKind) -> Arc<dyn MemorySource> + Send + Sync>;
@@ -282,7 +263,7 @@ impl Reconciler {
         let parallel = self.parallel;
         let due = self.groups.values_mut().filter(|g| g.next <= now);
         let passes = due.map(|g| async move {
-            let result = reconcile(ctx, memory, g, now, resync, parallel).await;
+            let result = pass::reconcile(ctx, memory, g, now, resync, parallel).await;
             let done = Instant::now();
             ctx.telemetry.pass(
                 g.spec.name.as_str(),
@@ -394,141 +375,4 @@ pub fn backoff(failures: u32) -> Duration {
         .checked_mul(1u32.checked_shl(failures.min(20)).unwrap_or(u32::MAX))
         .unwrap_or(BACKOFF_MAX)
         .min(BACKOFF_MAX)
-}
-
-/// A pass that worked: its summary, when it wants to run again at the latest, and the
-/// instances it removed.
-type Passed = (Summary, Option<Duration>, Vec<String>);
-/// A pass that failed: why, its summary if it got as far as deciding, and what it removed.
-type Failed = (ReconcileError, Option<Summary>, Vec<String>);
-
-/// One pass for one group: observe, decide, act, and remember what happened.
-async fn reconcile(
-    ctx: &Context,
-    memory: &dyn MemorySource,
-    g: &mut GroupState,
-    now: Instant,
-    resync: Duration,
-    parallel: usize,
-) -> Result<Passed, Failed> {
-    let spec = &g.spec;
-    let obs = observe(ctx.incus.as_ref(), memory, &ctx.store, spec, resync)
-        .await
-        .map_err(|e| (ReconcileError::Observe(e), None, Vec::new()))?;
-    g.reported
-        .retain(|n| obs.foreign.iter().any(|f| &f.name == n));
-    for f in &obs.foreign {
-        if g.reported.insert(f.name.clone()) {
-            report::foreign(spec, f);
-        }
-    }
-    let plan = decide(spec, &obs, &mut g.history, now);
-    for note in &plan.notes {
-        report::note(spec, note);
-    }
-    // Only the holder of the group's lease acts; it does nothing past the lease's end.
-    let standby = ctx
-        .leases
-        .standing(&spec.project, spec.name.as_str())
-        .standby();
-    let changed = g.last.as_ref().is_none_or(|p| {
-        (p.current, p.desired, p.reason, &p.standby, &p.failing)
-            != (
-                plan.current,
-                plan.desired,
-                plan.reason,
-                &standby,
-                &plan.failing,
-            )
-    });
-    let busy = standby.is_none() && !plan.actions.is_empty();
-    report::decision(spec, &plan, changed || busy, standby.as_deref());
-    let summary = Summary {
-        current: plan.current,
-        desired: plan.desired,
-        unhealthy: plan.unhealthy,
-        warm: plan.warm,
-        failing: plan.failing.clone(),
-        utilization: plan.utilization,
-        reason: plan.reason,
-        error: None,
-        standby: standby.clone(),
-    };
-    if standby.is_some() || plan.actions.is_empty() {
-        return Ok((summary, plan.requeue_in, Vec::new()));
-    }
-    let (project, group) = (spec.project.as_str(), spec.name.as_str());
-    let fence = || ctx.leases.holds(project, group);
-    let applied = act::apply(
-        &act::Ctx {
-            incus: ctx.incus.as_ref(),
-            store: &ctx.store,
-            spec,
-            shutdown: &ctx.stop,
-            fence: &fence,
-        },
-        &plan.actions,
-        parallel,
-    )
-    .await;
-    let done = Instant::now();
-    let mut requeue_in = plan.requeue_in;
-    if applied.fenced > 0 {
-        tracing::warn!(
-            group,
-            fenced = applied.fenced,
-            "{} action(s) of {group} not started: this daemon's lease of the group ran out \
-             (renewing it); looking at {group} again now",
-            applied.fenced
-        );
-        requeue_in = Some(Duration::ZERO);
-    }
-    let mut removed = Vec::new();
-    for o in &applied.outcomes {
-        let ok = o.result.is_ok();
-        ctx.telemetry
-            .action(spec.name.as_str(), &spec.project, o.action, ok, o.took);
-        g.last_action = Some(LastAction {
-            at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-            kind: o.action.to_owned(),
-            instance: o.instance.clone(),
-            outcome: match o.result {
-                Ok(Done::Finished) => "ok",
-                Ok(Done::StillRunning) => "pending",
-                Err(_) => "failed",
-            }
-            .to_owned(),
-        });
-        match (o.action, &o.result) {
-            ("create", Ok(Done::Finished)) => g.history.created(&o.instance),
-            ("create" | "create-warm", Ok(Done::StillRunning)) => {
-                g.history.creating(&o.instance, done)
-            }
-            // A start refused or fenced off says nothing of the instance itself.
-            ("start" | "promote", Err(ActError::Refused { .. } | ActError::LeaseLost { .. })) => {}
-            ("start" | "promote", _) => g.history.started(spec, &o.instance, ok, done),
-            ("delete", _) => removed.push(o.instance.clone()),
-            _ => {}
-        }
-    }
-    let total = plan.actions.len();
-    let mut failed: Vec<Outcome> = applied
-        .outcomes
-        .into_iter()
-        .filter(|o| o.result.is_err())
-        .collect();
-    if failed.is_empty() {
-        return Ok((summary, requeue_in, removed));
-    }
-    let n = failed.len();
-    let first = failed.remove(0).result.expect_err("filtered on errors");
-    Err((
-        ReconcileError::Act {
-            failed: n,
-            total,
-            first,
-        },
-        Some(summary),
-        removed,
-    ))
 }

@@ -1,0 +1,102 @@
+//! The lease store (`crate::lease`) over the API: the project's profile [`LEASE_PROFILE`],
+//! read with its ETag (made first, marked [`STORE_KEY`], when no profile has that name), and
+//! written back whole (config, description, devices) with `If-Match`.
+
+use std::collections::BTreeMap;
+
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{enc, incus_text, Client};
+use crate::incus::{IncusError, LeaseHome, LEASE_PROFILE, STORE_KEY, STORE_VALUE};
+
+pub(super) async fn read(client: &Client, project: &str) -> Result<LeaseHome, IncusError> {
+    let what = format!("reading profile {LEASE_PROFILE} of project {project}");
+    let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
+    let read = client
+        .exchange(Method::GET, &path, None, client.timeout, &what, None)
+        .await;
+    let (_, etag, env) = match read {
+        Err(e) if e.is_not_found() => {
+            let body = serde_json::json!({
+                "name": LEASE_PROFILE,
+                "description": "incus-hpa's lease store (user.incus-hpa.lease.GROUP): made by incus-hpa; attach it to no instance",
+                "config": { STORE_KEY: STORE_VALUE },
+                "devices": {},
+            });
+            let create = format!("/1.0/profiles?project={}", enc(project));
+            let made = client
+                .send(
+                    Method::POST,
+                    &create,
+                    Some(&body),
+                    client.timeout,
+                    &format!("creating profile {LEASE_PROFILE} in project {project}"),
+                )
+                .await;
+            match made {
+                // Another daemon made it first (or a person did: the caller checks).
+                Ok(_) | Err(IncusError::Api { status: 409, .. }) => {}
+                Err(e) => return Err(e),
+            }
+            client
+                .exchange(Method::GET, &path, None, client.timeout, &what, None)
+                .await?
+        }
+        other => other?,
+    };
+    let decode = |message: String| IncusError::Decode {
+        what: what.clone(),
+        message: incus_text(&message),
+    };
+    #[derive(Deserialize)]
+    struct Profile {
+        #[serde(default)]
+        config: BTreeMap<String, String>,
+        #[serde(default)]
+        description: String,
+        #[serde(default)]
+        devices: Option<serde_json::Map<String, Value>>,
+        #[serde(default)]
+        used_by: Option<Vec<String>>,
+    }
+    let p: Profile = serde_json::from_value(env.metadata).map_err(|e| decode(e.to_string()))?;
+    Ok(LeaseHome {
+        config: p.config,
+        description: p.description,
+        devices: p.devices.unwrap_or_default(),
+        used_by: p.used_by.unwrap_or_default(),
+        etag: etag.ok_or_else(|| decode("no ETag in the answer".into()))?,
+    })
+}
+
+pub(super) async fn write(
+    client: &Client,
+    project: &str,
+    new: &LeaseHome,
+) -> Result<bool, IncusError> {
+    let what = format!("writing profile {LEASE_PROFILE} of project {project}");
+    let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
+    // A PUT replaces the whole profile: what was read goes back with it.
+    let body = serde_json::json!({
+        "config": new.config,
+        "description": new.description,
+        "devices": new.devices,
+    });
+    match client
+        .exchange(
+            Method::PUT,
+            &path,
+            Some(&body),
+            client.timeout,
+            &what,
+            Some(&new.etag),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(IncusError::Api { status: 412, .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
