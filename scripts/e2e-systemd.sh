@@ -126,6 +126,34 @@ in_ct useradd -M hpa-outsider
 if out=$(in_ct runuser -u hpa-outsider -- incus-hpa status 2>&1); then fail "an outsider read the status"; fi
 grep -q "permission denied" <<<"$out" || fail "the outsider's message is unclear: $out"
 
+log "a daemon run by hand as root beside the packaged unit: never both acting"
+# The unit's ProtectProc=invisible hides root's processes from the service: it must wait the
+# hand-run daemon's lease out, never take it for dead. Its own file and control socket.
+in_ct systemctl stop incus-hpa
+in_ct sh -c "sed 's|^\[daemon\]|[daemon]\ncontrol_socket = \"/root/hand.sock\"\nlease = \"3s\"|' $conf > /root/hand.toml && chmod 600 /root/hand.toml"
+in_ct sh -c 'setsid incus-hpa run --config /root/hand.toml >/root/hand.log 2>&1 </dev/null & echo $! >/root/hand.pid'
+# The daemon on SOCKET acts on the group (one group: its status, past the first pass, has no
+# standby).
+acts() {
+    local doc
+    doc=$(in_ct incus-hpa status --json --control-socket "$1" 2>/dev/null) || return 1
+    grep -q "\"name\":\"$group\"" <<<"$doc" && ! grep -q '"reason":"pending"' <<<"$doc" &&
+        grep -q '"standby":null' <<<"$doc"
+}
+until_ok "the hand-run daemon acts" 30 acts /root/hand.sock
+in_ct systemctl start incus-hpa
+stands_by() { in_ct incus-hpa status --json 2>/dev/null | grep -q '"standby":"'; }
+until_ok "the service stands by" 30 stands_by
+both=0
+for _ in $(seq 15); do
+    if acts /run/incus-hpa/control.sock && acts /root/hand.sock; then both=$((both + 1)); fi
+    sleep 1
+done
+[ "$both" -eq 0 ] || fail "the service and a daemon run by hand as root both acted ($both of 15 samples)"
+in_ct sh -c 'kill -TERM "$(cat /root/hand.pid)"'
+until_ok "the service acts once the hand-run daemon stopped" 30 acts /run/incus-hpa/control.sock
+[ "$(running)" -eq 3 ] || fail "the hand-over changed the instances"
+
 log "metrics on TCP: refused by the unit's sandbox, served with the packaged drop-in"
 desired 3 'metrics_address = "127.0.0.1:9750"'
 in_ct systemctl restart incus-hpa

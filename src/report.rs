@@ -54,6 +54,10 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
         msg
     };
     let msg = match standby {
+        // The reason itself is logged once, as an error, by the leases.
+        Some(why) if why.starts_with("nobody: ") => format!(
+            "standby (this project's lease store cannot be used; nothing is done here): {msg}"
+        ),
         Some(holder) => format!("standby ({holder} holds the lease; nothing is done here): {msg}"),
         None => msg,
     };

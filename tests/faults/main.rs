@@ -12,4 +12,5 @@ mod lab;
 mod proxy;
 mod proxy_tests;
 mod scenarios;
+mod trust;
 mod world;

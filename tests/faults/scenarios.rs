@@ -352,7 +352,7 @@ fn an_event_stream_that_goes_silent() {
     assert_eq!(silenced, 1, "the daemon's event stream, through the proxy");
     let t0 = Instant::now();
     incus_ok(&["delete", "--force", &own[0]]);
-    // Noticed by giving the silent stream up (SILENT_MAX, 30 s), reconnecting and listing
+    // Noticed by giving the silent stream up (SILENT_MAX, 25 s), reconnecting and listing
     // again: a replacement is created.
     let noticed = eventually(&w.lab, "a replacement", MINUTE, || {
         w.own().iter().any(|(n, _)| !own.contains(n))
