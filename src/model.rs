@@ -225,9 +225,9 @@ impl ScaleDownOrder {
     }
 }
 
-/// The longest `stop_timeout` accepted: with the forced stop (30 s at most) and the delete after
-/// it, one removal stays within the unit's `TimeoutStopSec=180s`, so a shutdown that lets the
-/// action in flight finish is never killed.
+/// The longest `stop_timeout` accepted: with the forced stop and the delete after it (20 s
+/// each at most), one removal stays within the 165 s a shutdown waits for it
+/// (`crate::daemon::SHUTDOWN_BUDGET`), itself within the unit's `TimeoutStopSec=180s`.
 pub const STOP_TIMEOUT_MAX: Duration = Duration::from_secs(120);
 
 /// Longest delay between two restarts of a crash-looping instance, or two starts of one that

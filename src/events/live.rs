@@ -22,9 +22,11 @@ use super::{parse, EventStream, Lifecycle};
 pub const PING_EVERY: Duration = Duration::from_secs(10);
 
 /// How long the event stream may stay silent (no event, no pong, no ping read) before it is
-/// given up and followed again from a new connection. Three pings long: one lost pong is not
-/// enough to give it up. Connecting (the upgrade, and TLS over HTTPS) must be done within it too.
-pub const SILENT_MAX: Duration = Duration::from_secs(30);
+/// given up and followed again from a new connection: two and a half pings, so one lost pong
+/// is not enough to give it up, and short enough that the reconnection (2 s later) and the
+/// listing that follows it leave the cache fresh again within 30 s. Connecting (the upgrade,
+/// and TLS over HTTPS) must be done within it too.
+pub const SILENT_MAX: Duration = Duration::from_secs(25);
 
 /// The lifecycle events of an open websocket, pinged every [`PING_EVERY`]; the stream ends with
 /// an error once nothing was read for [`SILENT_MAX`].
