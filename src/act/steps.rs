@@ -53,8 +53,8 @@ fn owned<'i>(
 }
 
 pub(super) async fn create_as(ctx: &Ctx<'_>, name: &str, warm: bool) -> Result<Done, ActError> {
+    // The lease was asked right before (`apply`): a creation is one request.
     let (incus, store, spec) = (ctx.incus, ctx.store, ctx.spec);
-    ctx.fenced(|| format!("creating {name}"))?;
     let uuid = super::new_uuid();
     let req = super::create_request(spec, name, &uuid, warm);
     let mine = owner_value(&spec.project, name, &uuid);

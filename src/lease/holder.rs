@@ -43,16 +43,16 @@ impl Identity {
     }
 }
 
-/// A holder id for this process: `HOST:PID:TAG boot=… pidns=… start=…` (see the module's
-/// header), without the identity part when `/proc` does not tell it.
-pub fn holder_id() -> String {
+/// A holder id for this process, whose identity is `me`: `HOST:PID:TAG boot=… pidns=…
+/// start=…` (see the module's header), without the identity part when `/proc` did not tell it.
+pub fn holder_id(me: Option<&Identity>) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "host".into());
     let tag: String = (0..4).map(|_| fastrand::alphanumeric()).collect();
     let short = format!("{host}:{}:{tag}", std::process::id());
-    match Identity::of_this_process() {
-        Some(me) => with_identity(&short, &me),
+    match me {
+        Some(me) => with_identity(&short, me),
         None => short,
     }
 }

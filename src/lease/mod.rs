@@ -196,12 +196,8 @@ pub struct Leases {
 impl Leases {
     /// This process's leases: its holder id (see [`holder::holder_id`]), the system's clocks.
     pub fn new(lease: Duration) -> Self {
-        Self::with(
-            holder::holder_id(),
-            holder::Identity::of_this_process(),
-            lease,
-            Clocks::system(),
-        )
+        let me = holder::Identity::of_this_process();
+        Self::with(holder::holder_id(me.as_ref()), me, lease, Clocks::system())
     }
 
     /// Leases held as `me`, proving other holders dead from `identity`, on `clocks`.
