@@ -31,7 +31,7 @@
 pub mod holder;
 mod record;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -189,8 +189,9 @@ pub struct Leases {
     writes: tokio::sync::Mutex<bool>,
     /// The refusal last logged per project, so that it is logged once, not every renewal.
     refused: Mutex<HashMap<String, String>>,
-    /// Leases already said to be written by a clock running ahead (project, group, value).
-    skew_said: Mutex<HashSet<(String, String, String)>>,
+    /// Per (project, group), the holder last said to write with a clock running ahead: a live
+    /// one rewrites its lease every renewal, and is said once, not at every new value.
+    skew_said: Mutex<HashMap<(String, String), String>>,
 }
 
 impl Leases {
@@ -217,7 +218,7 @@ impl Leases {
             groups: Mutex::new(BTreeMap::new()),
             writes: tokio::sync::Mutex::new(false),
             refused: Mutex::new(HashMap::new()),
-            skew_said: Mutex::new(HashSet::new()),
+            skew_said: Mutex::new(HashMap::new()),
         }
     }
 
@@ -431,10 +432,10 @@ impl Leases {
         now.saturating_sub(entry.1)
     }
 
-    /// Logs once that the lease `r` of `group` ends too far ahead to be believed.
+    /// Logs once per holder that the lease `r` of `group` ends too far ahead to be believed.
     fn say_skew(&self, project: &str, group: &str, r: &Record, now_ms: i64) {
-        let key = (project.to_owned(), group.to_owned(), r.value());
-        if lock(&self.skew_said).insert(key) {
+        let key = (project.to_owned(), group.to_owned());
+        if lock(&self.skew_said).insert(key, r.holder.clone()).as_ref() != Some(&r.holder) {
             let ahead = Duration::from_millis(u64::try_from(r.until_ms - now_ms).unwrap_or(0));
             tracing::warn!(project, group, holder = %r.holder,
                 "the lease of group {group} ends {} from now by its holder {}'s clock, more \
