@@ -24,7 +24,8 @@ if [ ! -e /etc/incus-hpa/desired-state.toml ]; then
 fi
 assets=$(mktemp -d)
 /usr/local/bin/incus-hpa generate-assets "$assets"
-install -Dm0644 "$assets/incus-hpa.1" /usr/local/share/man/man1/incus-hpa.1
+install -Dm0644 "$assets/incus-hpa.8" /usr/local/share/man/man8/incus-hpa.8
+install -Dm0644 "$assets/incus-hpa.toml.5" /usr/local/share/man/man5/incus-hpa.toml.5
 install -Dm0644 "$assets/incus-hpa.bash" /usr/local/share/bash-completion/completions/incus-hpa
 rm -rf "$assets"
 systemctl daemon-reload 2>/dev/null || true

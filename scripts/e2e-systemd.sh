@@ -89,7 +89,9 @@ in_ct env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/incus-hpa.d
     in_ct dpkg -i /tmp/incus-hpa.deb
 [ "$(in_ct stat -c %U:%G:%a $conf)" = "root:incus-hpa:640" ] || fail "config file ownership"
 in_ct id -nG incus-hpa | grep -qw incus-admin || fail "incus-hpa is not in incus-admin"
-in_ct man -w incus-hpa >/dev/null 2>&1 || in_ct test -e /usr/share/man/man1/incus-hpa.1.gz || fail "no man page"
+for page in man8/incus-hpa.8.gz man5/incus-hpa.toml.5.gz; do
+    in_ct test -e /usr/share/man/$page || fail "no man page $page"
+done
 
 # The host's socket, owned by the container's incus-admin group.
 gid=$(in_ct getent group incus-admin | cut -d: -f3)

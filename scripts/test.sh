@@ -2,8 +2,8 @@
 # The whole test suite, as CI runs it (root on Debian 12 or 13): sets Incus up when it is
 # missing, then formatting, lints, unit and integration tests, the real-Incus tests (which fail,
 # never skip, when Incus cannot be used), the fault suite, the unit's hardening score, lintian
-# on the .deb, the end-to-end test of the .deb under a real systemd, the demo and a benchmark
-# smoke run.
+# on the .deb and its man pages, the end-to-end test of the .deb under a real systemd, the demo
+# and a benchmark smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,9 +53,21 @@ awk -v e="$exposure" 'BEGIN { exit !(e != "" && e <= 2.0) }' || {
     exit 1
 }
 
-echo "== the .deb (cargo-deb), checked by lintian: no error, no warning"
+echo "== the .deb (cargo-deb), checked by lintian --pedantic: no error, no warning, no pedantic tag"
 deb=$(bash packaging/build-deb.sh)
-lintian --fail-on error,warning "$deb"
+lintian --pedantic --fail-on error,warning,pedantic "$deb"
+echo "== its man pages, found by name and rendered without a warning"
+pages=$(mktemp -d)
+dpkg-deb -x "$deb" "$pages"
+for page in "8 incus-hpa" "5 incus-hpa.toml"; do
+    # shellcheck disable=SC2086 # "SECTION NAME" is two words
+    warnings=$(MANWIDTH=80 man --warnings -M "$pages/usr/share/man" $page 2>&1 >/dev/null)
+    [ -z "$warnings" ] || { echo "test.sh: man $page: $warnings" >&2; exit 1; }
+    # shellcheck disable=SC2086
+    MANWIDTH=80 man -M "$pages/usr/share/man" $page | grep -q "^NAME" ||
+        { echo "test.sh: man $page is not found in the package" >&2; exit 1; }
+done
+rm -rf "$pages"
 
 echo "== end-to-end under systemd (package, enable, reload, journal, watchdog, stop)"
 bash scripts/e2e-systemd.sh

@@ -1,7 +1,7 @@
 //! The commands behind the CLI, wired together: this is where IO, signals and `anyhow` meet.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -24,6 +24,16 @@ use crate::observe::observe;
 use crate::reconciler::Context;
 use crate::report::fmt_util;
 use crate::systemd;
+
+/// The control socket `incus-hpa status` asks when not given one: the `[daemon]
+/// control_socket` of the desired-state file at `config` when it can be read and is valid
+/// (its content alone: a path to connect to is all that is taken from it), else the default.
+pub fn control_socket_of(config: &Path) -> PathBuf {
+    config::load_content(config).map_or_else(
+        |_| DaemonSpec::default().control_socket,
+        |l| l.state.daemon.control_socket,
+    )
+}
 
 /// `incus-hpa status`: asks the running daemon on its control socket; exit 1 when none answers.
 pub async fn status(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {

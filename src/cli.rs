@@ -25,7 +25,7 @@ pub enum Command {
     /// Run the daemon in the foreground (as systemd does).
     Run {
         /// The desired-state file.
-        #[arg(long, short, default_value = DEFAULT_PATH)]
+        #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
         config: PathBuf,
     },
     /// Check a desired-state file as `run` does: exit 0 when the daemon would accept it, 1
@@ -39,7 +39,7 @@ pub enum Command {
     /// root, or as the daemon's user for a file that user owns.
     Validate {
         /// The desired-state file.
-        #[arg(long, short, default_value = DEFAULT_PATH)]
+        #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
         config: PathBuf,
         /// Check the content alone: not the ownership and modes of the file and of the
         /// directories on its path, nor the TLS files it names. For a copy kept elsewhere (a
@@ -48,10 +48,10 @@ pub enum Command {
         #[arg(long)]
         syntax_only: bool,
     },
-    /// Write the man page and shell completions into DIR (used to build the package).
+    /// Write the man pages and shell completions into DIR (used to build the package).
     #[command(hide = true)]
     GenerateAssets {
-        /// Where to write `incus-hpa.1` and the completions.
+        /// Where to write `incus-hpa.8`, `incus-hpa.toml.5` and the completions.
         dir: PathBuf,
     },
     /// Ask the running daemon what it thinks of each group (its control socket).
@@ -59,16 +59,21 @@ pub enum Command {
         /// Print the stable JSON document instead of a table.
         #[arg(long)]
         json: bool,
-        /// The daemon's control socket (`[daemon] control_socket`).
-        #[arg(long, default_value = crate::control::DEFAULT_SOCKET)]
-        control_socket: PathBuf,
+        /// The daemon's control socket [default: `[daemon] control_socket` of the
+        /// desired-state file when it can be read, else /run/incus-hpa/control.sock].
+        #[arg(long, value_name = "PATH")]
+        control_socket: Option<PathBuf>,
+        /// The desired-state file whose `[daemon] control_socket` is asked, unless
+        /// --control-socket is given.
+        #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
+        config: PathBuf,
     },
     /// Replay a demand trace (CSV `t,demand_mib`) through the decision code and score it.
     Simulate(SimulateArgs),
     /// Show what the daemon would decide now for each group, without acting (a dry run).
     Plan {
         /// The desired-state file.
-        #[arg(long, short, default_value = DEFAULT_PATH)]
+        #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
         config: PathBuf,
     },
 }
@@ -77,7 +82,7 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
     /// The desired-state file the group comes from.
-    #[arg(long, short, default_value = DEFAULT_PATH)]
+    #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
     pub config: PathBuf,
     /// The group to simulate.
     #[arg(long)]
@@ -113,22 +118,4 @@ pub struct SimulateArgs {
 pub enum Format {
     Table,
     Json,
-}
-
-/// Writes `incus-hpa.1` and completions for bash, zsh and fish into `dir`.
-pub fn generate_assets(dir: &std::path::Path) -> std::io::Result<()> {
-    use clap::CommandFactory;
-    std::fs::create_dir_all(dir)?;
-    let cmd = Cli::command();
-    let mut page = Vec::new();
-    clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
-    std::fs::write(dir.join("incus-hpa.1"), page)?;
-    for shell in [
-        clap_complete::Shell::Bash,
-        clap_complete::Shell::Zsh,
-        clap_complete::Shell::Fish,
-    ] {
-        clap_complete::generate_to(shell, &mut cmd.clone(), "incus-hpa", dir)?;
-    }
-    Ok(())
 }

@@ -205,8 +205,9 @@ pub async fn run_loop(
                         || (&was.incus, &was.tls) != (&now.incus, &now.tls)
                     {
                         tracing::warn!(
-                            "[daemon] control_socket, metrics_address, lease, incus and the tls_* \
-                             files are read at start: the change takes effect at the next restart"
+                            "[daemon] {} are read at start: the change takes effect at the next \
+                             restart",
+                            crate::config::keys::read_at_start().join(", ")
                         );
                     }
                     if loaded.state != state {

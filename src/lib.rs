@@ -19,6 +19,7 @@ pub mod incus;
 pub mod informer;
 pub mod lease;
 pub mod logging;
+pub mod manual;
 pub mod memory;
 pub mod model;
 pub mod observe;

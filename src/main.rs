@@ -4,7 +4,7 @@ use std::future::Future;
 use std::process::ExitCode;
 
 use clap::Parser;
-use incus_hpa::{app, cli, cli::Cli, cli::Command, logging};
+use incus_hpa::{app, cli::Cli, cli::Command, logging, manual};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -13,7 +13,7 @@ fn main() -> ExitCode {
             config,
             syntax_only,
         } => app::validate(config, *syntax_only),
-        Command::GenerateAssets { dir } => match cli::generate_assets(dir) {
+        Command::GenerateAssets { dir } => match manual::generate_assets(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("incus-hpa: cannot write to {}: {e}", dir.display());
@@ -26,7 +26,13 @@ fn main() -> ExitCode {
         Command::Status {
             json,
             control_socket,
-        } => block_on(app::status(control_socket, *json)),
+            config,
+        } => {
+            let socket = control_socket
+                .clone()
+                .unwrap_or_else(|| app::control_socket_of(config));
+            block_on(app::status(&socket, *json))
+        }
     }
 }
 

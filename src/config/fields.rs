@@ -251,6 +251,13 @@ impl<'t, 'i> Fields<'t, 'i> {
 
     /// Reports every key that no getter asked for.
     pub fn finish(self, c: &mut Collector, known: &[&str]) {
+        // A key read here but missing from `known` (the table of keys) would be undocumented.
+        debug_assert!(
+            self.seen.iter().all(|k| known.contains(&k.as_str())),
+            "{}: read {:?}, known {known:?}",
+            self.path,
+            self.seen
+        );
         for (k, _) in self.table.iter() {
             if !self.seen.contains(k.get_ref().as_ref()) {
                 c.error(

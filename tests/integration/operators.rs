@@ -183,6 +183,23 @@ async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
         .unwrap();
     let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(doc["groups"][0]["utilization"], 71.5);
+    // Without --control-socket, the one the desired-state file names.
+    let conf = dir.path().join("named.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[daemon]\ncontrol_socket = {:?}\n",
+            path.display().to_string()
+        ),
+    )
+    .unwrap();
+    let named = tokio::process::Command::new(bin)
+        .args(["status", "--json", "-c"])
+        .arg(&conf)
+        .output()
+        .await
+        .unwrap();
+    assert!(named.status.success(), "{named:?}");
     let none = tokio::process::Command::new(bin)
         .args(["status", "--control-socket"])
         .arg(dir.path().join("nothing.sock"))

@@ -389,7 +389,7 @@ fn group_text(clean: bool) -> BoxedStrategy<GroupText> {
         group_name()
     };
     name.prop_flat_map(move |name| {
-        let entries: Vec<BoxedStrategy<Option<(String, String)>>> = config::GROUP_KEYS
+        let entries: Vec<BoxedStrategy<Option<(String, String)>>> = config::group_keys()
             .iter()
             .map(|&k| {
                 let value = if clean { good(k) } else { messy(k) };
@@ -868,7 +868,7 @@ const BOUNDS: &[(&str, &str, bool)] = &[
 
 /// A group every value of which is accepted, as key → value text.
 fn valid_group() -> BoxedStrategy<BTreeMap<&'static str, String>> {
-    let others: Vec<BoxedStrategy<Option<(&'static str, String)>>> = config::GROUP_KEYS
+    let others: Vec<BoxedStrategy<Option<(&'static str, String)>>> = config::group_keys()
         .iter()
         .filter(|k| !matches!(**k, "min" | "max" | "config"))
         .map(|&k| {

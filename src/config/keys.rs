@@ -1,0 +1,526 @@
+//! Every key of the desired-state file, with its type, default, range and meaning: the one
+//! table the parser takes its known keys from and `incus-hpa.toml(5)` is written from, so that
+//! a key cannot be read without being documented (a test reads each key of this table through
+//! the parser, and the parser refuses to read a key that is not here).
+
+use std::time::Duration;
+
+use super::{DRAIN_TIMEOUT_MAX, DURATION_MAX, PARALLEL_MAX, SUFFIX_LEN, WARM_POOL_MAX};
+use crate::model::{GroupName, MAX_INSTANCES, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX};
+
+/// The table a key belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// `[daemon]`.
+    Daemon,
+    /// `[groups.NAME]`.
+    Group,
+}
+
+/// When a change of the key takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applies {
+    /// From the next pass after a reload.
+    OnReload,
+    /// Only when the daemon starts (a reload says it kept the old value).
+    AtStart,
+}
+
+/// One key, as the manual shows it.
+#[derive(Debug, Clone)]
+pub struct Key {
+    pub table: Table,
+    pub name: &'static str,
+    /// Its TOML type and accepted values, e.g. `duration` or `"auto", "cgroup" or "api"`.
+    pub kind: &'static str,
+    /// The value when the key is left out (`None`: required).
+    pub default: Option<String>,
+    /// The accepted range, when narrower than the type.
+    pub range: Option<String>,
+    pub applies: Applies,
+    /// What it does: plain sentences, one paragraph.
+    pub doc: &'static str,
+    /// One valid TOML line setting it.
+    pub example: &'static str,
+}
+
+/// The names of the keys of `table`, in the manual's order.
+pub fn names(table: Table) -> Vec<&'static str> {
+    keys()
+        .into_iter()
+        .filter(|k| k.table == table)
+        .map(|k| k.name)
+        .collect()
+}
+
+/// The `[daemon]` keys a reload does not change (they are read at start).
+pub fn read_at_start() -> Vec<&'static str> {
+    keys()
+        .into_iter()
+        .filter(|k| k.applies == Applies::AtStart)
+        .map(|k| k.name)
+        .collect()
+}
+
+fn h(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn up_to(min: Duration, max: Duration) -> Option<String> {
+    Some(format!("{} to {}", h(min), h(max)))
+}
+
+/// Every key, `[daemon]` first, each table in the manual's order.
+pub fn keys() -> Vec<Key> {
+    use Applies::{AtStart, OnReload};
+    use Table::{Daemon, Group};
+    let d = |s: &str| Some(s.to_owned());
+    vec![
+        Key {
+            table: Daemon,
+            name: "interval",
+            kind: "duration",
+            default: d("\"15s\""),
+            range: up_to(Duration::from_millis(100), DURATION_MAX),
+            applies: OnReload,
+            doc: "How often every group is observed and reconciled. Between two passes, a \
+                  lifecycle event of one of a group's instances (stopped, deleted, frozen, \
+                  renamed by someone else) and a saved desired-state file wake the loop at once. \
+                  It is also the period step limits count in.",
+            example: "interval = \"15s\"",
+        },
+        Key {
+            table: Daemon,
+            name: "memory_source",
+            kind: "\"auto\", \"cgroup\" or \"api\"",
+            default: d("\"auto\""),
+            range: None,
+            applies: OnReload,
+            doc: "Where memory readings come from. \"cgroup\" reads each instance's cgroup files \
+                  on this host (its working set: usage less inactive page cache, as the kubelet \
+                  counts it) and sends no request to Incus. \"api\" asks Incus, one \
+                  GET /1.0/metrics per project or one GET /1.0/instances/NAME/state per \
+                  instance, whichever costs incusd less; it works for a remote Incus or a \
+                  cluster. \"auto\" reads the cgroup files and asks the API for every instance \
+                  they do not cover. An instance without a reading is never a reason to scale \
+                  down.",
+            example: "memory_source = \"auto\"",
+        },
+        Key {
+            table: Daemon,
+            name: "resync",
+            kind: "duration",
+            default: d("\"5m\""),
+            range: up_to(Duration::from_secs(10), DURATION_MAX),
+            applies: OnReload,
+            doc: "How often the cache of instances is listed afresh from Incus, events or not: a \
+                  guard against an event that was missed. A steady pass sends no request.",
+            example: "resync = \"5m\"",
+        },
+        Key {
+            table: Daemon,
+            name: "max_parallel_actions",
+            kind: "integer",
+            default: d("4"),
+            range: Some(format!("1 to {PARALLEL_MAX}")),
+            applies: OnReload,
+            doc: "How many actions (creations, starts, removals) of one pass run at once.",
+            example: "max_parallel_actions = 4",
+        },
+        Key {
+            table: Daemon,
+            name: "control_socket",
+            kind: "absolute path",
+            default: d("\"/run/incus-hpa/control.sock\""),
+            range: None,
+            applies: AtStart,
+            doc: "The unix socket where the daemon serves GET /status (for incus-hpa status) and \
+                  GET /metrics (Prometheus). incus-hpa status finds it in the file given with \
+                  --config, or is given it with --control-socket.",
+            example: "control_socket = \"/run/incus-hpa/control.sock\"",
+        },
+        Key {
+            table: Daemon,
+            name: "metrics_address",
+            kind: "\"IP:PORT\"",
+            default: d("none (off)"),
+            range: None,
+            applies: AtStart,
+            doc: "Also serve GET /metrics, and only that, over TCP at this address. The packaged \
+                  unit allows no network: install \
+                  /usr/share/doc/incus-hpa/examples/metrics-tcp.conf as a drop-in first.",
+            example: "metrics_address = \"127.0.0.1:9750\"",
+        },
+        Key {
+            table: Daemon,
+            name: "lease",
+            kind: "duration",
+            default: d("\"15s\""),
+            range: up_to(Duration::from_secs(3), Duration::from_secs(600)),
+            applies: AtStart,
+            doc: "How long a group's leader lease lasts. Several daemons may be given the same \
+                  group (on several hosts of a cluster); only the holder of the group's lease \
+                  acts on it, the others stand by, and one takes over when a lease has not been \
+                  renewed for this long. Leases are kept in the Incus profile incus-hpa.leases \
+                  of the group's project.",
+            example: "lease = \"15s\"",
+        },
+        Key {
+            table: Daemon,
+            name: "incus",
+            kind: "\"unix:///PATH\" or \"https://HOST[:PORT]\"",
+            default: d("\"unix:///var/lib/incus/unix.socket\""),
+            range: None,
+            applies: AtStart,
+            doc: "Where Incus is. An https:// address (port 8443 unless given) reaches a remote \
+                  server or a cluster, with the client certificate of tls_client_cert and \
+                  tls_client_key; the packaged unit allows no network, install \
+                  /usr/share/doc/incus-hpa/examples/incus-https.conf as a drop-in first. \
+                  --incus-socket PATH (or INCUS_SOCKET) on the command line wins over this key.",
+            example: "incus = \"https://192.0.2.11:8443\"",
+        },
+        Key {
+            table: Daemon,
+            name: "tls_client_cert",
+            kind: "absolute path",
+            default: d("none; required with an https:// incus"),
+            range: None,
+            applies: AtStart,
+            doc: "The PEM client certificate Incus trusts (incus config trust add-certificate \
+                  CERT on the server). Ignored, with a warning, unless incus is an https:// \
+                  address.",
+            example: "tls_client_cert = \"/etc/incus-hpa/client.crt\"",
+        },
+        Key {
+            table: Daemon,
+            name: "tls_client_key",
+            kind: "absolute path",
+            default: d("none; required with an https:// incus"),
+            range: None,
+            applies: AtStart,
+            doc: "The certificate's PEM private key. It is refused unless its group and others \
+                  have no access to it at all (as with mode 0600, whoever owns it), or it is \
+                  owned by root and the group incus-hpa, which may only read it (0640 \
+                  root:incus-hpa).",
+            example: "tls_client_key = \"/etc/incus-hpa/client.key\"",
+        },
+        Key {
+            table: Daemon,
+            name: "tls_server_cert",
+            kind: "absolute path",
+            default: d(
+                "none: the server's certificate must come from an authority this host \
+                        trusts",
+            ),
+            range: None,
+            applies: AtStart,
+            doc: "The server's (or the cluster's) certificate, pinned: the certificate Incus \
+                  presents must be exactly this one.",
+            example: "tls_server_cert = \"/etc/incus-hpa/server.crt\"",
+        },
+        Key {
+            table: Group,
+            name: "min",
+            kind: "integer",
+            default: d("1"),
+            range: Some("0 to max".into()),
+            applies: OnReload,
+            doc: "Never fewer instances in service. Restored at once, without stabilization or \
+                  step limits.",
+            example: "min = 1",
+        },
+        Key {
+            table: Group,
+            name: "max",
+            kind: "integer",
+            default: None,
+            range: Some(format!("1 to {MAX_INSTANCES}, at least min")),
+            applies: OnReload,
+            doc: "Never more healthy instances. Restored at once, without stabilization or step \
+                  limits.",
+            example: "max = 5",
+        },
+        Key {
+            table: Group,
+            name: "memory_threshold",
+            kind: "number (percent)",
+            default: None,
+            range: Some("1 to 100".into()),
+            applies: OnReload,
+            doc: "The average memory use the group is kept at, in percent of each instance's \
+                  memory limit (limits.memory). Above it instances are added, well below it \
+                  removed, as the policy decides.",
+            example: "memory_threshold = 70",
+        },
+        Key {
+            table: Group,
+            name: "image",
+            kind: "string",
+            default: None,
+            range: None,
+            applies: OnReload,
+            doc: "The local image new instances are created from: an alias, or a fingerprint \
+                  (12 hex digits or more). The daemon never downloads an image; incus image \
+                  list shows the ones there are.",
+            example: "image = \"busybox\"",
+        },
+        Key {
+            table: Group,
+            name: "instance_prefix",
+            kind: "string",
+            default: d("the group's name and \"-\""),
+            range: Some(format!(
+                "1 to {} characters: a letter first, then letters, digits and \"-\"",
+                63 - SUFFIX_LEN
+            )),
+            applies: OnReload,
+            doc: "New instances are named with this prefix and 6 random characters. The name \
+                  does not make an instance the group's: only instances the daemon created for \
+                  the group are (the keys user.incus-hpa.group and user.incus-hpa.owner it sets \
+                  on them).",
+            example: "instance_prefix = \"web-\"",
+        },
+        Key {
+            table: Group,
+            name: "profiles",
+            kind: "array of strings",
+            default: d("[\"default\"]"),
+            range: None,
+            applies: OnReload,
+            doc: "The profiles new instances are created with, in this order.",
+            example: "profiles = [\"default\"]",
+        },
+        Key {
+            table: Group,
+            name: "project",
+            kind: "string",
+            default: d("\"default\""),
+            range: Some(
+                "an Incus project name: not empty, no \"/\", \"?\", \"&\", \"#\" or space".into(),
+            ),
+            applies: OnReload,
+            doc: "The Incus project the group's instances live in. A group whose project changes \
+                  is handled like a group removed from its old project: its instances there are \
+                  left as they are.",
+            example: "project = \"default\"",
+        },
+        Key {
+            table: Group,
+            name: "config",
+            kind: "table of strings",
+            default: d("{}"),
+            range: None,
+            applies: OnReload,
+            doc: "Incus instance config for new instances, usually written as its own table \
+                  [groups.NAME.config]; numbers and booleans are accepted and written as \
+                  Incus expects. Set \"limits.memory\" here or in a profile: without a limit, an \
+                  instance's use is measured against the host's whole memory (validate warns). \
+                  Keys under user.incus-hpa., volatile. and image. are refused; so are keys that \
+                  make a container root on the host (security.privileged = true, raw.*, \
+                  linux.kernel_modules, some security.syscalls.intercept.*) unless \
+                  allow_privileged = true.",
+            example: "config = { \"limits.memory\" = \"256MiB\" }",
+        },
+        Key {
+            table: Group,
+            name: "policy",
+            kind: "\"adaptive\" or \"kubernetes\"",
+            default: d("\"adaptive\""),
+            range: None,
+            applies: OnReload,
+            doc: "How the count follows memory. \"kubernetes\" is the Kubernetes HPA rule, \
+                  exactly: ceil(n * utilization / threshold) over the n measured instances, no \
+                  change within the tolerance, and Kubernetes' default scale-up rate unless step \
+                  limits are set. \"adaptive\" sizes the group from an estimate of its demand: \
+                  each instance's base use is learned, an instance at its limit at least doubles \
+                  the count, growth is carried one interval ahead, and a scale-down is let go of \
+                  after a minute unless the load keeps coming back. Both stay within min, max, \
+                  the stabilization windows and the step limits, and neither scales down on a \
+                  missing reading.",
+            example: "policy = \"adaptive\"",
+        },
+        Key {
+            table: Group,
+            name: "tolerance",
+            kind: "number",
+            default: d("0.1"),
+            range: Some("0 up to, not including, 1".into()),
+            applies: OnReload,
+            doc: "With policy = \"kubernetes\": no change while utilization / threshold is \
+                  within 1 - tolerance and 1 + tolerance. With \"adaptive\": only how far above \
+                  the threshold a group with an unmeasured instance must be before it grows.",
+            example: "tolerance = 0.1",
+        },
+        Key {
+            table: Group,
+            name: "scale_down_stabilization",
+            kind: "duration",
+            default: d("\"5m\""),
+            range: Some(format!("at most {}", h(DURATION_MAX))),
+            applies: OnReload,
+            doc: "A scale-down goes only as low as the highest recommendation of this window, so \
+                  that a short dip does not remove instances. The adaptive policy uses a minute \
+                  of it while the load has not come back after a scale-down.",
+            example: "scale_down_stabilization = \"5m\"",
+        },
+        Key {
+            table: Group,
+            name: "scale_up_stabilization",
+            kind: "duration",
+            default: d("\"0s\""),
+            range: Some(format!("at most {}", h(DURATION_MAX))),
+            applies: OnReload,
+            doc: "A scale-up goes only as high as the lowest recommendation of this window.",
+            example: "scale_up_stabilization = \"0s\"",
+        },
+        Key {
+            table: Group,
+            name: "max_scale_up_step",
+            kind: "integer",
+            default: d("no limit"),
+            range: Some("1 or more".into()),
+            applies: OnReload,
+            doc: "At most this many instances are added per interval, however many passes run; \
+                  replacements count. Not applied when restoring min.",
+            example: "max_scale_up_step = 2",
+        },
+        Key {
+            table: Group,
+            name: "max_scale_down_step",
+            kind: "integer",
+            default: d("no limit"),
+            range: Some("1 or more".into()),
+            applies: OnReload,
+            doc: "At most this many instances are removed per interval: a gradual scale-down, \
+                  however long the group was paused or could not act. Not applied when \
+                  restoring max.",
+            example: "max_scale_down_step = 1",
+        },
+        Key {
+            table: Group,
+            name: "scale_down_order",
+            kind: "\"newest\", \"oldest\" or \"least-memory\"",
+            default: d("\"newest\""),
+            range: None,
+            applies: OnReload,
+            doc: "Which healthy instances a scale-down removes first; stopped ones always go \
+                  first, and instances a person protected (incus config set NAME \
+                  user.incus-hpa.protected=true) never.",
+            example: "scale_down_order = \"newest\"",
+        },
+        Key {
+            table: Group,
+            name: "stop_timeout",
+            kind: "duration",
+            default: d("\"30s\""),
+            range: Some(format!("at most {}", h(STOP_TIMEOUT_MAX))),
+            applies: OnReload,
+            doc: "How long an instance being removed is given to stop gracefully before it is \
+                  stopped by force and deleted. The bound keeps a removal in flight within the \
+                  unit's TimeoutStopSec.",
+            example: "stop_timeout = \"30s\"",
+        },
+        Key {
+            table: Group,
+            name: "drain_command",
+            kind: "array of strings",
+            default: d("none"),
+            range: Some("a program first".into()),
+            applies: OnReload,
+            doc: "A command run inside an instance (incus exec, no shell unless you name one) \
+                  before its graceful stop, to let its work finish.",
+            example: "drain_command = [\"/bin/sh\", \"-c\", \"nginx -s quit\"]",
+        },
+        Key {
+            table: Group,
+            name: "drain_timeout",
+            kind: "duration",
+            default: d("\"30s\""),
+            range: up_to(Duration::from_secs(1), DRAIN_TIMEOUT_MAX),
+            applies: OnReload,
+            doc: "How long the drain command may run; then the stop goes on.",
+            example: "drain_timeout = \"30s\"",
+        },
+        Key {
+            table: Group,
+            name: "unhealthy_grace",
+            kind: "duration",
+            default: d("\"5m\""),
+            range: Some(format!("at most {}", h(DURATION_MAX))),
+            applies: OnReload,
+            doc: "An unhealthy instance (in error, frozen, or stuck in a transition) is \
+                  replaced at once and kept this long before it is removed, in case it recovers; \
+                  frozen and in-transition instances are confirmed for 5 s first. An instance \
+                  on a cluster member that does not answer still counts, unmeasured, and is \
+                  replaced after this long.",
+            example: "unhealthy_grace = \"5m\"",
+        },
+        Key {
+            table: Group,
+            name: "restart_backoff",
+            kind: "duration",
+            default: d("\"10s\""),
+            range: up_to(Duration::from_millis(100), RESTART_BACKOFF_MAX),
+            applies: OnReload,
+            doc: "The first delay before a crash-looping instance is restarted, or a failed \
+                  start tried again; it doubles each time, up to the top of the range.",
+            example: "restart_backoff = \"10s\"",
+        },
+        Key {
+            table: Group,
+            name: "warm_pool",
+            kind: "integer",
+            default: d("0"),
+            range: Some(format!("0 to {WARM_POOL_MAX}")),
+            applies: OnReload,
+            doc: "Stopped instances kept created and ready, beyond max; a scale-up starts them \
+                  first and refills the pool after.",
+            example: "warm_pool = 0",
+        },
+        Key {
+            table: Group,
+            name: "paused",
+            kind: "boolean",
+            default: d("false"),
+            range: None,
+            applies: OnReload,
+            doc: "Observe, decide and report as usual, but create, start and delete nothing.",
+            example: "paused = false",
+        },
+        Key {
+            table: Group,
+            name: "allow_privileged",
+            kind: "boolean",
+            default: d("false"),
+            range: None,
+            applies: OnReload,
+            doc: "Accept config keys that make a container root on the host.",
+            example: "allow_privileged = false",
+        },
+        Key {
+            table: Group,
+            name: "target",
+            kind: "string",
+            default: d("none: Incus' scheduler chooses"),
+            range: Some(
+                "a cluster member, or @ and a cluster group: letters, digits, \"-\", \"_\", \".\""
+                    .into(),
+            ),
+            applies: OnReload,
+            doc: "On an Incus cluster, where new instances go.",
+            example: "target = \"@web-nodes\"",
+        },
+    ]
+}
+
+/// The rules of a group's name, for the manual.
+pub fn group_name_rule() -> String {
+    format!(
+        "lowercase letters, digits and \"-\", a letter first, at most {} characters",
+        GroupName::MAX_LEN
+    )
+}
+
+#[cfg(test)]
+#[path = "keys_tests.rs"]
+mod tests;

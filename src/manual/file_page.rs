@@ -1,0 +1,123 @@
+//! `incus-hpa.toml(5)`: the desired-state file, every key from [`crate::config::keys`].
+
+use roff::{bold, italic, roman};
+
+use super::{reference, Page};
+use crate::config::keys::{self, Applies, Key, Table};
+use crate::config::DEFAULT_PATH;
+
+/// The page's text, in roff.
+pub fn file_page() -> String {
+    let mut p = Page::new("INCUS-HPA.TOML", "5", "File Formats");
+    p.section("NAME");
+    p.0.text([roman(
+        "incus-hpa.toml - the desired-state file of incus-hpa",
+    )]);
+    p.section("SYNOPSIS");
+    p.0.text([bold(DEFAULT_PATH)]);
+    p.section("DESCRIPTION");
+    p.para(
+        "The desired-state file declares the groups of Incus containers that incus-hpa(8) keeps \
+         running: for each group, how few and how many instances, the memory use to keep them \
+         at, and the image and config to create them from. The daemon compares it with what \
+         Incus reports, at every interval, and creates, starts or deletes instances until they \
+         match. It only ever acts on instances it created for a group.",
+    );
+    p.para(&format!(
+        "The file is TOML: an optional [daemon] table, and one [groups.NAME] table per group, \
+         NAME made of {}. A file without a group manages nothing. A duration is a string such \
+         as \"500ms\", \"30s\", \"5m\" or \"1h 30m\".",
+        keys::group_name_rule()
+    ));
+    p.para(
+        "Unknown keys, wrong types and values out of range are errors. All of them are reported \
+         at once, each as FILE:LINE:COLUMN: error: KEY: what is wrong, and warnings the same way. \
+         incus-hpa validate checks a file as the daemon would; incus-hpa validate --syntax-only \
+         checks the content of a copy kept elsewhere.",
+    );
+    p.para(
+        "The daemon reads the file again when it is saved and on SIGHUP (systemctl reload \
+         incus-hpa). A file with an error is refused with every error in the journal, and the \
+         last good file stays in force. A changed key applies from the next pass, except the \
+         keys marked \"read at start\" below: a reload keeps their old value, says so in the \
+         journal, and a restart applies them. A group taken out of the file is no longer \
+         managed: its instances are left as they are.",
+    );
+    p.para(
+        "The file decides what runs as containers, so it is held to the rule of sshd's \
+         StrictModes: the file and every directory on its path must be owned by root or by the \
+         daemon's user and writable by no one else (sticky directories such as /tmp excepted), \
+         and a symbolic link on the way is followed only when one of them owns it. Otherwise \
+         the daemon refuses the file (at start, it exits with status 78), and the error names \
+         the chmod or chown that fixes it.",
+    );
+    p.section("[daemon]");
+    p.para("Settings of the daemon itself. Every key is optional.");
+    keys_of(&mut p, Table::Daemon);
+    p.section("[groups.NAME]");
+    p.para("One group of instances. max, memory_threshold and image are required.");
+    keys_of(&mut p, Table::Group);
+    p.section("EXAMPLE");
+    p.literal(EXAMPLE);
+    p.section("FILES");
+    p.entry(
+        vec![bold(DEFAULT_PATH)],
+        "The desired-state file the packaged unit runs the daemon with (mode 0640, owned by \
+         root and the group incus-hpa).",
+    );
+    p.entry(
+        vec![bold("/usr/share/doc/incus-hpa/examples/")],
+        "Annotated example files, and drop-ins for the unit (metrics over TCP, Incus over \
+         HTTPS).",
+    );
+    p.section("SEE ALSO");
+    let mut see = reference("incus-hpa", "8");
+    see.push(roman(", "));
+    see.extend(reference("incus", "1"));
+    see.push(roman(", "));
+    see.extend(reference("systemctl", "1"));
+    see.push(roman(", /usr/share/doc/incus-hpa/README.md"));
+    p.0.text(see);
+    p.render()
+}
+
+/// The example of the page: a first group, as the README starts it.
+pub const EXAMPLE: &str = "\
+[daemon]
+interval = \"15s\"
+
+[groups.web]
+min = 1
+max = 5
+memory_threshold = 70
+image = \"busybox\"
+max_scale_down_step = 1
+
+[groups.web.config]
+\"limits.memory\" = \"256MiB\"";
+
+fn keys_of(p: &mut Page, table: Table) {
+    for k in keys::keys().into_iter().filter(|k| k.table == table) {
+        key(p, &k);
+    }
+}
+
+fn key(p: &mut Page, k: &Key) {
+    p.entry(vec![bold(k.name), roman(" = "), italic(k.kind)], k.doc);
+    let mut lines = Vec::new();
+    lines.push(vec![
+        roman("Default: "),
+        roman(k.default.as_deref().unwrap_or("none; this key is required")),
+        roman("."),
+    ]);
+    if let Some(range) = &k.range {
+        lines.push(vec![roman(format!("Range: {range}."))]);
+    }
+    if k.applies == Applies::AtStart {
+        lines.push(vec![roman(
+            "Read at start: a reload keeps the value in force until a restart.",
+        )]);
+    }
+    lines.push(vec![roman("Example: "), bold(k.example)]);
+    p.lines(&lines);
+}
