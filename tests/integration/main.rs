@@ -4,6 +4,7 @@
 mod cli;
 mod cluster;
 mod dashboard;
+mod docs;
 mod fake;
 mod fences;
 mod https;
