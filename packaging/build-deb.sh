@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo deb --version >/dev/null 2>&1 || {
-    echo "build-deb.sh: cargo-deb is missing: cargo install --locked cargo-deb" >&2
+    echo "build-deb.sh: cargo-deb is missing: cargo install --locked cargo-deb --version 3.8.0 (or bash scripts/install-test-tools.sh)" >&2
     exit 1
 }
 cargo build --release --locked >&2

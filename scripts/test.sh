@@ -23,7 +23,7 @@ cargo clippy --all-targets --locked -- -D warnings
 echo "== cargo test (unit, fake Incus, CLI, properties)"
 cargo test --locked --lib --bins --test integration
 # One at a time: Incus 6.0 can stall a container start for 90 s when other clients stop or
-# delete instances at the same moment (see README, Cost), and these tests are such clients
+# delete instances at the same moment (docs/cost.md), and these tests are such clients
 # for each other.
 echo "== a three-member Incus cluster in nested containers, for the cluster tests (scripts/cluster.sh)"
 started=$SECONDS

@@ -123,7 +123,7 @@ impl fmt::Display for Unreachable {
                 f,
                 "cannot reach Incus at {socket}: {m}. The systemd unit allows no network: \
                  install /usr/share/doc/incus-hpa/examples/incus-https.conf as a drop-in \
-                 (README, Many hosts)"
+                 (/usr/share/doc/incus-hpa/docs/clusters.md)"
             ),
             Problem::NoSocket => write!(
                 f,

@@ -363,7 +363,8 @@ fn reason(r: Reason) -> &'static str {
         }
         Reason::BelowThreshold => "Memory use is below the threshold: instances are removed.",
         Reason::WithinTolerance => {
-            "Memory use is within the tolerance of the threshold: the count is kept."
+            "No change: memory use is within the tolerance of the threshold (policy kubernetes), \
+             or the recommendation equals the count (policy adaptive)."
         }
         Reason::Stabilizing => "A scale-down is held back by the scale-down stabilization window.",
         Reason::StabilizingUp => "A scale-up is held back by the scale-up stabilization window.",

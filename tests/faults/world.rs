@@ -154,7 +154,7 @@ impl World {
     /// (seen twice in a row); returns how long it took, which the report shows.
     ///
     /// The wait is `within` plus Incus' own start timeout: Incus 6.0 sometimes holds a
-    /// container start in `forkstart` until it gives up after about 90 s (README, Cost), and no
+    /// container start in `forkstart` until it gives up after about 90 s (docs/cost.md), and no
     /// client can shorten that. The scenario is about what the daemon keeps safe and that it
     /// converges, not how fast: one such stall after a SIGKILL failed a CI run at 60 s.
     pub fn converge(&self, n: usize, within: Duration) -> Duration {
