@@ -4,7 +4,7 @@
 //! Every request has a timeout. Asynchronous answers are followed to their operation, which is
 //! waited for with `/wait`, whose body (not its HTTP status, always 200) says how it ended.
 //! `/1.0/metrics` is the one answer that is not JSON: Prometheus text, read by
-//! [`crate::memory::from_metrics`]. The lease store's reads and writes are in [`store`].
+//! [`super::metrics::from_metrics`]. The lease store's reads and writes are in [`store`].
 
 mod store;
 
@@ -548,7 +548,7 @@ impl Incus for Client {
         let text = self
             .get_text(&path, &format!("reading the metrics of project {project}"))
             .await?;
-        Ok(crate::memory::from_metrics(&text, project))
+        Ok(super::metrics::from_metrics(&text, project))
     }
 }
 
