@@ -30,10 +30,6 @@ pub use listen::{
     MAX_CONNECTIONS,
 };
 
-/// Where the daemon listens unless `[daemon] control_socket` says otherwise (the unit's
-/// `RuntimeDirectory=`).
-pub const DEFAULT_SOCKET: &str = "/run/incus-hpa/control.sock";
-
 /// The last action of a group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LastAction {

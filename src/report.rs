@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use crate::model::{Foreign, GroupSpec, Note, Plan, Reason, GROUP_KEY, OWNER_KEY};
-use crate::reconciler::Summary;
+use crate::model::{Foreign, GroupSpec, Note, Plan, Reason, Summary, GROUP_KEY, OWNER_KEY};
 
 /// Longest `STATUS=` line: systemd reads a notification in one datagram of at most 4096 bytes,
 /// so the line stays well below that whatever the number of groups.

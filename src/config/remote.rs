@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 
 use super::diag::Collector;
 use super::fields::Fields;
-use crate::incus::tls::TlsFiles;
-use crate::incus::{group_name, Endpoint};
-use crate::model::DaemonSpec;
+use crate::incus::group_name;
+use crate::model::{DaemonSpec, Endpoint, TlsFiles};
 
 /// The TLS keys of `[daemon]`.
 pub const TLS_KEYS: [&str; 3] = ["tls_client_cert", "tls_client_key", "tls_server_cert"];

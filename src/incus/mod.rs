@@ -4,7 +4,7 @@
 //! the same trait.
 
 pub mod client;
-mod endpoint;
+pub mod metrics;
 pub mod tls;
 mod unreachable;
 
@@ -14,8 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::model::{Endpoint, DEFAULT_HTTPS_PORT};
 use crate::model::{InstanceStatus, Memory};
-pub use endpoint::{Endpoint, DEFAULT_HTTPS_PORT};
 pub(crate) use unreachable::group_name;
 pub use unreachable::{Problem, Unreachable};
 
@@ -281,7 +281,7 @@ pub trait Incus: Send + Sync {
     /// not clustered). incusd renders every running instance of the project there, as
     /// expensive as a `/state` each, then serves the answer from a cache for ~8 s; a
     /// concurrent rebuild can answer 423. The reading is the working set, see
-    /// [`crate::memory::from_metrics`].
+    /// [`metrics::from_metrics`].
     async fn memory_metrics(
         &self,
         project: &str,

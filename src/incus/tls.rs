@@ -13,14 +13,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
 
-/// The files of `[daemon] tls_client_cert`, `tls_client_key` and `tls_server_cert`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    pub client_cert: PathBuf,
-    pub client_key: PathBuf,
-    /// The server certificate to pin; `None` verifies it against the system's authorities.
-    pub server_cert: Option<PathBuf>,
-}
+pub use crate::model::TlsFiles;
 
 /// Why the TLS set-up cannot be built from the files.
 #[derive(Debug, thiserror::Error)]

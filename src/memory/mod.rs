@@ -6,20 +6,15 @@
 //! - [`ApiSource`] asks incusd, which works from anywhere but costs it ~40 ms of CPU per
 //!   running instance it renders on 6.0. It reads either one `GET /1.0/metrics?project=P`
 //!   (every running instance of the project in one request, the same working set as the
-//!   cgroup files, see [`from_metrics`]; incusd caches it ~8 s) or one
+//!   cgroup files, see [`crate::incus::metrics`]; incusd caches it ~8 s) or one
 //!   `GET /1.0/instances/NAME/state` per instance (only the group's, but page cache counts as
 //!   used), whichever the pure [`plan`] finds cheaper from what the source last saw of the
 //!   project's metrics. A metrics failure (423 while another request rebuilds them) and any
 //!   instance the metrics lack fall back to `/state`.
 //! - [`AutoSource`] uses the cgroup files and falls back to the API for each instance they miss.
-//!
-//! The Prometheus text of `/1.0/metrics` is read by [`parse_sample`], a small tolerant parser:
-//! the `prometheus-parse` crate splits label values on `,` and `=` without unescaping, and the
-//! other parsers on crates.io are LGPL or single unproven releases.
 
 mod api;
 mod cgroup;
-mod metrics;
 
 use std::sync::Arc;
 
@@ -29,7 +24,6 @@ use crate::incus::Incus;
 use crate::model::{Memory, MemorySourceKind};
 pub use api::{plan, ApiSource, LastMetrics, Plan};
 pub use cgroup::CgroupSource;
-pub use metrics::{from_metrics, parse_sample, Sample};
 
 /// Reads memory for running instances. `None` for an instance means "unknown": the decision
 /// core never scales down on it.

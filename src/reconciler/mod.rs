@@ -26,7 +26,7 @@ use crate::incus::Incus;
 use crate::informer::Store;
 use crate::lease::Standing;
 use crate::memory::MemorySource;
-use crate::model::{DesiredState, GroupName, GroupSpec, MemorySourceKind, Reason};
+use crate::model::{DesiredState, GroupName, GroupSpec, MemorySourceKind, Reason, Summary};
 use crate::report;
 
 /// First retry delay after a failed reconcile; doubles up to [`BACKOFF_MAX`].
@@ -53,22 +53,6 @@ pub struct Context {
     pub telemetry: Arc<Telemetry>,
     /// Which groups this daemon may act on (leader leases).
     pub leases: Arc<crate::lease::Leases>,
-}
-
-/// The last outcome of a group, for the status line.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Summary {
-    pub current: u32,
-    pub desired: u32,
-    pub unhealthy: u32,
-    pub warm: u32,
-    /// Instances whose start keeps failing (not capacity, left in place).
-    pub failing: Vec<String>,
-    pub utilization: Option<f64>,
-    pub reason: Reason,
-    pub error: Option<String>,
-    /// Another daemon holds the group's lease: its holder id.
-    pub standby: Option<String>,
 }
 
 struct GroupState {

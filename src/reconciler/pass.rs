@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Context, GroupState, Summary};
+use super::{Context, GroupState};
 use crate::act::{self, ActError, Done, Outcome};
 use crate::control::LastAction;
 use crate::decide::decide;
 use crate::incus::IncusError;
 use crate::memory::MemorySource;
+use crate::model::Summary;
 use crate::observe::observe;
 use crate::report;
 

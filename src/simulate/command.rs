@@ -2,11 +2,53 @@
 //! chosen policies, prints the scores (table or JSON) and draws the plot. Exit status 1, with
 //! every problem located, for a bad file, an unknown group or a group without a memory limit.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::{plot, simulate, table, LoadModel, SimPolicy, Trace};
-use crate::cli::{Format, SimulateArgs};
-use crate::config;
+use crate::config::{self, DEFAULT_PATH};
+
+/// `incus-hpa simulate`: see [`crate::simulate`] for the load model and the scores.
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// The desired-state file the group comes from.
+    #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// The group to simulate.
+    #[arg(long)]
+    pub group: String,
+    /// The demand trace: CSV with the header `t,demand_mib`, at most 30 days long and
+    /// 1,000,000 rows.
+    pub trace: PathBuf,
+    /// The decision rule: the group's own, Kubernetes' defaults, or the Go lab's ±1 rule.
+    #[arg(long, value_enum, default_value = "default")]
+    pub policy: crate::simulate::SimPolicy,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Each instance's base memory use, MiB (does not move with load).
+    #[arg(long, default_value_t = 4.0)]
+    pub base_mib: f64,
+    /// Each instance's memory limit, MiB (default: the group's `limits.memory`).
+    #[arg(long)]
+    pub limit_mib: Option<f64>,
+    /// From an instance's creation to its readiness.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub warmup: std::time::Duration,
+    /// Also draw the run as an SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Show the policy next to `kubernetes` and `step`.
+    #[arg(long)]
+    pub compare: bool,
+}
+
+/// How `simulate` prints its scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
 
 /// Runs `incus-hpa simulate`.
 pub fn run(args: &SimulateArgs) -> ExitCode {

@@ -11,6 +11,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 
 use super::*;
+use crate::incus::Incus;
 
 #[test]
 fn the_wait_of_an_operation_keeps_its_query() {

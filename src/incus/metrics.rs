@@ -1,5 +1,9 @@
 //! The Prometheus text of `GET /1.0/metrics`: a small tolerant parser ([`parse_sample`]) and
 //! the working set of each instance of a project ([`from_metrics`]).
+//!
+//! The parser is the daemon's own: the `prometheus-parse` crate splits label values on `,` and
+//! `=` without unescaping, and the other parsers on crates.io are LGPL or single unproven
+//! releases.
 
 use std::collections::HashMap;
 

@@ -1,6 +1,6 @@
 //! Where Incus is: its unix socket (`unix:///var/lib/incus/unix.socket`, the default) or an
 //! HTTPS address (`https://incus.example.net:8443`, port 8443 unless given), as `[daemon] incus`
-//! writes it.
+//! writes it, and the TLS files that reach it over HTTPS.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -87,6 +87,15 @@ impl fmt::Display for Endpoint {
             Self::Https { .. } => write!(f, "https://{}", self.authority().unwrap_or_default()),
         }
     }
+}
+
+/// The files of `[daemon] tls_client_cert`, `tls_client_key` and `tls_server_cert`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    /// The server certificate to pin; `None` verifies it against the system's authorities.
+    pub server_cert: Option<PathBuf>,
 }
 
 #[cfg(test)]

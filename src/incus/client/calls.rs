@@ -1,0 +1,220 @@
+//! The [`Incus`] trait over the REST API: for each call, the path and body it sends and how
+//! its answer is read. How a request goes out, and an operation is waited for, is the parent
+//! module's.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use reqwest::Method;
+use serde_json::Value;
+
+use super::{enc, store, Client, DELETE_WAIT, STOP_MARGIN};
+use crate::incus::metrics::from_metrics;
+use crate::incus::{
+    CreateInstance, Incus, IncusError, Instance, LeaseHome, Problem, StateChange, Unreachable,
+};
+use crate::model::Memory;
+
+#[async_trait]
+impl Incus for Client {
+    async fn exec(&self, project: &str, name: &str, command: &[String]) -> Result<i64, IncusError> {
+        let path = format!("/1.0/instances/{}/exec?project={}", enc(name), enc(project));
+        let body = serde_json::json!({
+            "command": command,
+            "wait-for-websocket": false,
+            "interactive": false,
+            "record-output": false,
+        });
+        let what = format!("running the drain command in {name}");
+        let meta = self
+            .operation_result(
+                Method::POST,
+                &path,
+                Some(&body),
+                &what,
+                self.operation_timeout,
+            )
+            .await?;
+        Ok(meta.get("return").and_then(Value::as_i64).unwrap_or(-1))
+    }
+
+    async fn server_version(&self) -> Result<String, IncusError> {
+        let v: Value = self.get_json("/1.0", "GET /1.0").await?;
+        if let Some(tls) = &self.tls {
+            // Over HTTPS, Incus answers `/1.0` to anyone and says whether it trusts them.
+            if v.get("auth").and_then(Value::as_str) != Some("trusted") {
+                return Err(IncusError::Transport(Unreachable {
+                    socket: self.socket.clone(),
+                    problem: Problem::Untrusted(tls.untrusted(&self.socket)),
+                }));
+            }
+        }
+        Ok(v.pointer("/environment/server_version")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_owned())
+    }
+
+    async fn list(&self, project: &str) -> Result<Vec<Instance>, IncusError> {
+        let path = format!("/1.0/instances?recursion=1&project={}", enc(project));
+        self.get_json(&path, "listing instances").await
+    }
+
+    async fn list_by_config(
+        &self,
+        project: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Vec<Instance>, IncusError> {
+        // The server-side filter is a case-insensitive regex: callers check the exact value.
+        let filter = format!("config.{key} eq {value}");
+        let path = format!(
+            "/1.0/instances?recursion=1&project={}&filter={}",
+            enc(project),
+            enc(&filter)
+        );
+        self.get_json(&path, "listing instances").await
+    }
+
+    async fn get(&self, project: &str, name: &str) -> Result<Option<Instance>, IncusError> {
+        let path = format!("/1.0/instances/{}?project={}", enc(name), enc(project));
+        match self
+            .get_json(&path, &format!("reading instance {name}"))
+            .await
+        {
+            Ok(i) => Ok(Some(i)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create(&self, project: &str, req: &CreateInstance) -> Result<(), IncusError> {
+        let body = serde_json::to_value(req).map_err(|e| IncusError::Decode {
+            what: "create request".into(),
+            message: e.to_string(),
+        })?;
+        let mut path = format!("/1.0/instances?project={}", enc(project));
+        if let Some(target) = &req.target {
+            path.push_str(&format!("&target={}", enc(target)));
+        }
+        self.operation(
+            Method::POST,
+            &path,
+            Some(&body),
+            &format!("creating {}", req.name),
+            self.operation_timeout,
+        )
+        .await
+    }
+
+    async fn change_state(
+        &self,
+        project: &str,
+        name: &str,
+        change: StateChange,
+    ) -> Result<(), IncusError> {
+        let body = match change {
+            StateChange::Start => serde_json::json!({"action": "start"}),
+            StateChange::Stop { timeout, force } => serde_json::json!({
+                "action": "stop",
+                "timeout": timeout.as_secs().max(1),
+                "force": force,
+            }),
+        };
+        let path = format!(
+            "/1.0/instances/{}/state?project={}",
+            enc(name),
+            enc(project)
+        );
+        let what = match change {
+            StateChange::Start => format!("starting {name}"),
+            StateChange::Stop { force: true, .. } => format!("force-stopping {name}"),
+            StateChange::Stop { .. } => format!("stopping {name}"),
+        };
+        let wait = match change {
+            StateChange::Start => self.operation_timeout,
+            StateChange::Stop {
+                force: true,
+                timeout,
+            } => timeout,
+            StateChange::Stop { timeout, .. } => timeout + STOP_MARGIN,
+        };
+        self.operation(Method::PUT, &path, Some(&body), &what, wait)
+            .await
+    }
+
+    async fn delete(&self, project: &str, name: &str) -> Result<(), IncusError> {
+        let path = format!("/1.0/instances/{}?project={}", enc(name), enc(project));
+        self.operation(
+            Method::DELETE,
+            &path,
+            None,
+            &format!("deleting {name}"),
+            DELETE_WAIT,
+        )
+        .await
+    }
+
+    async fn set_config(
+        &self,
+        project: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), IncusError> {
+        let path = format!("/1.0/instances/{}?project={}", enc(name), enc(project));
+        let body = serde_json::json!({ "config": { key: value } });
+        self.operation(
+            Method::PATCH,
+            &path,
+            Some(&body),
+            &format!("setting {key} on {name}"),
+            self.timeout,
+        )
+        .await
+    }
+
+    async fn memory_state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError> {
+        let path = format!(
+            "/1.0/instances/{}/state?project={}",
+            enc(name),
+            enc(project)
+        );
+        let v: Value = self
+            .get_json(&path, &format!("reading the state of {name}"))
+            .await?;
+        let usage = v.pointer("/memory/usage").and_then(Value::as_u64);
+        let limit = v.pointer("/memory/total").and_then(Value::as_u64);
+        Ok(match (usage, limit) {
+            (Some(usage), Some(limit)) if limit > 0 => Some(Memory {
+                usage,
+                limit,
+                oom_kills: None,
+            }),
+            _ => None,
+        })
+    }
+
+    async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError> {
+        store::read(self, project).await
+    }
+
+    async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
+        store::write(self, project, new).await
+    }
+
+    async fn memory_metrics(
+        &self,
+        project: &str,
+        member: Option<&str>,
+    ) -> Result<HashMap<String, Memory>, IncusError> {
+        let mut path = format!("/1.0/metrics?project={}", enc(project));
+        if let Some(member) = member {
+            path.push_str(&format!("&target={}", enc(member)));
+        }
+        let text = self
+            .get_text(&path, &format!("reading the metrics of project {project}"))
+            .await?;
+        Ok(from_metrics(&text, project))
+    }
+}

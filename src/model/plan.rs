@@ -1,0 +1,231 @@
+//! What `decide` wants done about one group: the [`Plan`], why it is what it is ([`Reason`]),
+//! its steps ([`Action`]) and why each is taken ([`Cause`]), the findings about single
+//! instances ([`Note`]), and the [`Summary`] a pass leaves for the status line.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::observation::InstanceStatus;
+
+/// Why a plan is what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    BelowMin,
+    AboveMax,
+    AboveThreshold,
+    BelowThreshold,
+    WithinTolerance,
+    /// A metric is missing and the result would have scaled down (or flipped direction).
+    MetricsMissing,
+    /// No running instance has a metric to decide on.
+    NoMetrics,
+    /// Scale-down held back by the stabilization window.
+    Stabilizing,
+    /// Scale-up held back by the scale-up stabilization window.
+    StabilizingUp,
+    /// A scale-down that protected instances cut short.
+    Protected,
+    /// An instance is at its memory limit: the demand is unknown, the count at least doubles
+    /// (`adaptive` policy).
+    AtLimit,
+}
+
+impl Reason {
+    /// Short machine-friendly name, used as the journald `REASON` field.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reason::BelowMin => "below-min",
+            Reason::AboveMax => "above-max",
+            Reason::AboveThreshold => "above-threshold",
+            Reason::BelowThreshold => "below-threshold",
+            Reason::WithinTolerance => "within-tolerance",
+            Reason::MetricsMissing => "metrics-missing",
+            Reason::NoMetrics => "no-metrics",
+            Reason::Stabilizing => "stabilizing",
+            Reason::StabilizingUp => "stabilizing-up",
+            Reason::Protected => "protected",
+            Reason::AtLimit => "at-limit",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why one action is taken (the journald `REASON` of an action entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The group is below its `min`.
+    BelowMin,
+    /// The group is above its `max`.
+    AboveMax,
+    /// Memory asks for more instances.
+    ScaleUp,
+    /// Memory asks for fewer instances.
+    ScaleDown,
+    /// An instance is missing or unhealthy: its replacement.
+    Replace,
+    /// More instances serve than desired (an unhealthy one recovered after its replacement).
+    Surplus,
+    /// A stopped instance is started again.
+    Restart,
+    /// A crash-looping instance: restarted after its backoff, or replaced after too many crashes.
+    CrashLoop,
+    /// A start that failed is tried again after its backoff.
+    StartRetry,
+    /// Unhealthy for longer than `unhealthy_grace`: removed (it was replaced already).
+    Unhealthy,
+    /// The warm pool is refilled, or shrunk to its size.
+    WarmPool,
+}
+
+impl Cause {
+    /// Short machine-friendly name, used as the journald `REASON` field of an action.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Cause::BelowMin => "below-min",
+            Cause::AboveMax => "above-max",
+            Cause::ScaleUp => "scale-up",
+            Cause::ScaleDown => "scale-down",
+            Cause::Replace => "replace",
+            Cause::Surplus => "surplus",
+            Cause::Restart => "restart",
+            Cause::CrashLoop => "crash-loop",
+            Cause::StartRetry => "start-retry",
+            Cause::Unhealthy => "unhealthy",
+            Cause::WarmPool => "warm-pool",
+        }
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One step for the actor. The actor executes, it never decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Create and start one new instance.
+    Create { cause: Cause },
+    /// Take an instance out of the warm pool and start it.
+    Promote { name: String, cause: Cause },
+    /// Create one instance for the warm pool, stopped.
+    CreateWarm,
+    /// Start a managed instance that is stopped (left by a crash, a reboot or a person).
+    Start { name: String, cause: Cause },
+    /// Stop (gracefully, then by force) and delete a managed instance.
+    Remove { name: String, cause: Cause },
+}
+
+impl Action {
+    /// Why the action is taken.
+    pub fn cause(&self) -> Cause {
+        match self {
+            Action::Create { cause }
+            | Action::Promote { cause, .. }
+            | Action::Start { cause, .. }
+            | Action::Remove { cause, .. } => *cause,
+            Action::CreateWarm => Cause::WarmPool,
+        }
+    }
+
+    /// The phase of a pass it belongs to: 0 brings instances up, 1 removes, 2 refills the
+    /// warm pool (see [`crate::act::apply`]).
+    pub fn phase(&self) -> u8 {
+        match self {
+            Action::Create { .. } | Action::Promote { .. } | Action::Start { .. } => 0,
+            Action::Remove { .. } => 1,
+            Action::CreateWarm => 2,
+        }
+    }
+}
+
+/// Something `decide` noticed about one instance, worth one journal entry when it happens.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Note {
+    /// It stopped soon after it was started: `crashes` in a row so far. `restart_in` is `None`
+    /// when it has crashed too often and is being replaced.
+    CrashLoop {
+        instance: String,
+        crashes: u32,
+        ran: Duration,
+        restart_in: Option<Duration>,
+    },
+    /// It was just seen unhealthy: replaced at once, removed after the grace period.
+    Unhealthy {
+        instance: String,
+        status: InstanceStatus,
+        grace: Duration,
+    },
+    /// Its start failed `failures` times in a row: no longer counted as capacity, replaced
+    /// (within `max`), left in place, its start tried again in `retry_in`.
+    FailingStart {
+        instance: String,
+        failures: u32,
+        retry_in: Duration,
+    },
+    /// It was just seen on a cluster member that does not answer: still counted (so no
+    /// scale-down), replaced after the grace period if the member is still away.
+    Unreachable {
+        instance: String,
+        member: String,
+        grace: Duration,
+    },
+}
+
+/// The outcome of `decide` for one group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Capacity now: healthy instances and stopped ones being restarted in place.
+    pub current: u32,
+    /// Healthy instances (Running or Ready).
+    pub healthy: u32,
+    /// Instances that do not count as capacity (frozen, in error, in a transition).
+    pub unhealthy: u32,
+    /// Stopped instances of the warm pool.
+    pub warm: u32,
+    /// Instances whose start failed too often in a row: not capacity, left in place.
+    pub failing: Vec<String>,
+    /// The desired count before this pass.
+    pub previous: u32,
+    /// How many instances should serve: the group's desired count from now on.
+    pub desired: u32,
+    /// Average memory use of the measured healthy instances, percent of their limits.
+    pub utilization: Option<f64>,
+    /// The recommendation before stabilization (kept in the history).
+    pub recommendation: u32,
+    pub reason: Reason,
+    /// True when `max_scale_up_step` / `max_scale_down_step` cut the change.
+    pub step_limited: bool,
+    pub actions: Vec<Action>,
+    /// Removals that protected instances ([`PROTECTED_KEY`](super::PROTECTED_KEY)) prevented.
+    pub protected: u32,
+    /// The group is paused: `actions` is empty whatever was decided.
+    pub paused: bool,
+    /// Findings about single instances (crash loops, newly unhealthy ones).
+    pub notes: Vec<Note>,
+    /// When this group should be looked at again at the latest, because something is due
+    /// (a restart after its backoff, the end of a grace period): `None` means only the interval.
+    pub requeue_in: Option<Duration>,
+}
+
+/// The last outcome of a group, for the status line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub current: u32,
+    pub desired: u32,
+    pub unhealthy: u32,
+    pub warm: u32,
+    /// Instances whose start keeps failing (not capacity, left in place).
+    pub failing: Vec<String>,
+    pub utilization: Option<f64>,
+    pub reason: Reason,
+    pub error: Option<String>,
+    /// Another daemon holds the group's lease: its holder id.
+    pub standby: Option<String>,
+}
