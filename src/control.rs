@@ -38,7 +38,7 @@ pub struct LastAction {
     /// `create`, `start`, `promote`, `create-warm`, `delete`.
     pub kind: String,
     pub instance: String,
-    /// `ok` or `failed`.
+    /// `ok`, `failed`, or `pending` (a creation whose end Incus has not told).
     pub outcome: String,
 }
 
@@ -287,13 +287,13 @@ impl Telemetry {
             .observe(took.as_secs_f64());
     }
 
-    /// Counts one action's outcome, and how long it took.
+    /// Counts one action's outcome (`ok`, `failed` or `pending`), and how long it took.
     pub fn action(
         &self,
         group: &str,
         project: &str,
         kind: &str,
-        ok: bool,
+        outcome: &'static str,
         took: std::time::Duration,
     ) {
         self.action_seconds
@@ -304,7 +304,7 @@ impl Telemetry {
                 group: group.into(),
                 project: project.into(),
                 kind: kind.into(),
-                outcome: if ok { "ok" } else { "failed" }.into(),
+                outcome: outcome.into(),
             })
             .inc();
     }

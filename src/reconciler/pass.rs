@@ -128,19 +128,19 @@ pub(super) async fn reconcile(
     }
     let mut removed = Vec::new();
     for o in &applied.outcomes {
-        let ok = o.result.is_ok();
+        // The same word in the journal (OUTCOME), `status` and the metrics.
+        let outcome = match o.result {
+            Ok(Done::Finished) => "ok",
+            Ok(Done::StillRunning) => "pending",
+            Err(_) => "failed",
+        };
         ctx.telemetry
-            .action(spec.name.as_str(), &spec.project, o.action, ok, o.took);
+            .action(spec.name.as_str(), &spec.project, o.action, outcome, o.took);
         g.last_action = Some(LastAction {
             at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             kind: o.action.to_owned(),
             instance: o.instance.clone(),
-            outcome: match o.result {
-                Ok(Done::Finished) => "ok",
-                Ok(Done::StillRunning) => "pending",
-                Err(_) => "failed",
-            }
-            .to_owned(),
+            outcome: outcome.to_owned(),
         });
         match (o.action, &o.result) {
             ("create", Ok(Done::Finished)) => g.history.created(&o.instance),
@@ -149,7 +149,9 @@ pub(super) async fn reconcile(
             }
             // A start refused or fenced off says nothing of the instance itself.
             ("start" | "promote", Err(ActError::Refused { .. } | ActError::LeaseLost { .. })) => {}
-            ("start" | "promote", _) => g.history.started(spec, &o.instance, ok, done),
+            ("start" | "promote", _) => {
+                g.history.started(spec, &o.instance, o.result.is_ok(), done)
+            }
             ("delete", _) => removed.push(o.instance.clone()),
             _ => {}
         }

@@ -14,7 +14,7 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     let t = Telemetry::default();
     t.publish(crate::util::web_status());
     t.pass("web", "default", Duration::from_millis(30));
-    t.action("web", "default", "create", true, Duration::from_millis(300));
+    t.action("web", "default", "create", "ok", Duration::from_millis(300));
     t.error("web", "default");
     t.requests.count("GET", "/1.0/instances", Some(200));
     t.reconnects.inc();
