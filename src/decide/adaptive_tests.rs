@@ -34,6 +34,7 @@ fn inst(n: i64, mib: u64, age: u64) -> ObservedInstance {
             usage: mib * MIB,
             limit: 64 * MIB,
             oom_kills: None,
+            ..Default::default()
         }),
     }
 }

@@ -114,6 +114,7 @@ fn instance(i: usize, request: u64, pod: Pod) -> ObservedInstance {
             usage: u << 20,
             limit: request << 20,
             oom_kills: None,
+            ..Default::default()
         }),
     }
 }

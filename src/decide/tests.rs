@@ -54,6 +54,7 @@ pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
             usage: (percent * MIB as f64) as u64,
             limit: 100 * MIB,
             oom_kills: None,
+            ..Default::default()
         }),
     }
 }
@@ -124,6 +125,7 @@ fn reference_and_edge_cases() {
             usage: (p * 1e7) as u64,
             limit: 1_000_000_000,
             oom_kills: None,
+            ..Default::default()
         }),
         ..at(0.0, 0)
     };
@@ -240,7 +242,7 @@ fn reference_and_edge_cases() {
             spec: spec(1, 5, 50.0),
             obs: observation(vec![ObservedInstance {
                 location: String::new(),
-                memory: Some(Memory { usage: 5, limit: 0, oom_kills: None }),
+                memory: Some(Memory { usage: 5, limit: 0, oom_kills: None, ..Default::default() }),
                 ..at(0.0, 1)
             }]),
             desired: 1,
@@ -533,6 +535,7 @@ fn utilization_is_total_usage_over_total_limits() {
             usage: used * MIB,
             limit: limit * MIB,
             oom_kills: None,
+            ..Default::default()
         }),
         ..at(0.0, created)
     };

@@ -85,6 +85,7 @@ fn working_set(total: f64, free: f64, inactive: Option<f64>) -> Option<Memory> {
         usage: (usage - inactive.min(usage)).round() as u64,
         limit: total.round() as u64,
         oom_kills: None,
+        ..Default::default()
     })
 }
 
@@ -279,7 +280,8 @@ incus_uptime_seconds 643.678511837
             Some(&Memory {
                 usage: 22 << 20,
                 limit: 64 << 20,
-                oom_kills: Some(3)
+                oom_kills: Some(3),
+                ..Default::default()
             })
         );
         assert_eq!(
@@ -287,7 +289,8 @@ incus_uptime_seconds 643.678511837
             Some(&Memory {
                 usage: 6 << 20,
                 limit: 64 << 20,
-                oom_kills: None
+                oom_kills: None,
+                ..Default::default()
             })
         );
         // Usage unreadable (MemFree = MemTotal + 1), MemFree missing, MemTotal not a number.
@@ -297,7 +300,8 @@ incus_uptime_seconds 643.678511837
             Some(&Memory {
                 usage: 1,
                 limit: 2,
-                oom_kills: None
+                oom_kills: None,
+                ..Default::default()
             })
         );
         assert!(from_metrics("# EOF\n", "default").is_empty());
@@ -310,7 +314,8 @@ incus_uptime_seconds 643.678511837
             Some(Memory {
                 usage: 0,
                 limit: 100,
-                oom_kills: None
+                oom_kills: None,
+                ..Default::default()
             })
         );
         assert_eq!(
@@ -318,7 +323,8 @@ incus_uptime_seconds 643.678511837
             Some(Memory {
                 usage: 60,
                 limit: 100,
-                oom_kills: None
+                oom_kills: None,
+                ..Default::default()
             })
         );
         assert_eq!(working_set(0.0, 0.0, None), None);

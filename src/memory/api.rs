@@ -293,6 +293,7 @@ mod tests {
             usage: usage << 20,
             limit: 64 << 20,
             oom_kills: None,
+            ..Default::default()
         }
     }
 

@@ -76,6 +76,7 @@ impl CgroupSource {
             usage: usage.saturating_sub(inactive.unwrap_or(0)),
             limit,
             oom_kills,
+            ..Default::default()
         })
     }
 }
@@ -138,7 +139,8 @@ mod tests {
             Some(Memory {
                 usage: 40000,
                 limit: 100000,
-                oom_kills: Some(2)
+                oom_kills: Some(2),
+                ..Default::default()
             })
         );
         assert_eq!(s.read_one("default", "web-b"), None);
@@ -165,7 +167,8 @@ mod tests {
             Some(Memory {
                 usage: 200,
                 limit: 1000,
-                oom_kills: Some(1)
+                oom_kills: Some(1),
+                ..Default::default()
             })
         );
         assert_eq!(s.read_one("default", "db-a"), None);

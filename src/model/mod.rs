@@ -19,6 +19,7 @@ pub use keys::{GROUP_KEY, OWNER_KEY, PROTECTED_KEY, UUID_KEY, WARM_KEY};
 pub use observation::{Foreign, InstanceStatus, Memory, Observation, ObservedInstance};
 pub use plan::{Action, Cause, Note, Plan, Reason, Summary};
 pub use spec::{
-    DaemonSpec, DesiredState, GroupName, GroupSpec, MemorySourceKind, Policy, ScaleDownOrder,
-    DEFAULT_CONTROL_SOCKET, MAX_INSTANCES, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
+    DaemonSpec, DesiredState, ExternalSpec, GroupName, GroupSpec, MemorySourceKind, Policy,
+    ScaleDownOrder, ScheduleSpec, DEFAULT_CONTROL_SOCKET, MAX_INSTANCES, RESTART_BACKOFF_MAX,
+    STOP_TIMEOUT_MAX,
 };

@@ -4,8 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
-/// Memory of one running instance, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// What one running instance uses: its memory, in bytes, and, where the source can tell, its
+/// CPU time and pressure.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Memory {
     /// Working set: usage minus inactive file cache where the source can tell.
     pub usage: u64,
@@ -14,6 +15,12 @@ pub struct Memory {
     /// How many times the kernel's OOM killer has killed in the instance since it started
     /// (cgroup `memory.events`, or Incus' metrics); `None` when the source cannot tell.
     pub oom_kills: Option<u64>,
+    /// CPU time used since the instance started, nanoseconds (a counter: the CPU signal is
+    /// its change between two passes); `None` when the source cannot tell.
+    pub cpu_ns: Option<u64>,
+    /// Pressure stall information, percent: the higher of the instance's `cpu.pressure` and
+    /// `memory.pressure` "some avg10"; `None` when the source cannot tell.
+    pub pressure: Option<f64>,
 }
 
 impl Memory {

@@ -72,6 +72,33 @@ pub enum MemorySourceKind {
     Api,
 }
 
+/// One `[[groups.NAME.external]]`: a program whose output is a number the group scales on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalSpec {
+    /// The program (an absolute path) and its arguments, run directly, without a shell.
+    pub command: Vec<String>,
+    /// The value one instance can take: the signal wants `ceil(value / target)` instances.
+    pub target: f64,
+    /// How long the program may run before its reading counts as missing.
+    pub timeout: Duration,
+}
+
+/// One `[[groups.NAME.schedule]]`: a window, opened by a cron expression, during which the
+/// group's `min` (and `max`, if given) are replaced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleSpec {
+    /// A five-field cron expression (minute hour day-of-month month day-of-week).
+    pub cron: String,
+    /// How long the window stays open after each time the expression matches.
+    pub duration: Duration,
+    /// The group's `min` while the window is open.
+    pub min: Option<u32>,
+    /// The group's `max` while the window is open.
+    pub max: Option<u32>,
+    /// An IANA time zone name such as "Europe/Paris"; `None`: the host's zone.
+    pub timezone: Option<String>,
+}
+
 /// Daemon-wide settings (`[daemon]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonSpec {

@@ -211,6 +211,7 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                                     usage: (use_mib(i) * MIB) as u64,
                                     limit: (limit * MIB) as u64,
                                     oom_kills: None,
+                                    ..Default::default()
                                 }),
                                 warm: false,
                                 protected: false,

@@ -377,6 +377,7 @@ pub fn mem(percent: f64) -> Memory {
         usage: (percent * 1_048_576.0) as u64,
         limit: 100 * 1_048_576,
         oom_kills: None,
+        ..Default::default()
     }
 }
 

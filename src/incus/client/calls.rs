@@ -190,6 +190,7 @@ impl Incus for Client {
                 usage,
                 limit,
                 oom_kills: None,
+                ..Default::default()
             }),
             _ => None,
         })

@@ -79,9 +79,9 @@ fn memory() -> BoxedStrategy<Memory> {
     prop_oneof![
         // A realistic reading: 0–150 % of a 1 MiB–64 GiB limit.
         3 => (1u64 << 20..=1u64 << 36, 0u64..=150)
-            .prop_map(|(limit, pct)| Memory { usage: limit / 100 * pct, limit, oom_kills: None }),
+            .prop_map(|(limit, pct)| Memory { usage: limit / 100 * pct, limit, oom_kills: None, ..Default::default() }),
         // Anything, 0 and u64::MAX included.
-        1 => (big_u64(), big_u64()).prop_map(|(usage, limit)| Memory { usage, limit, oom_kills: None }),
+        1 => (big_u64(), big_u64()).prop_map(|(usage, limit)| Memory { usage, limit, oom_kills: None, ..Default::default() }),
     ]
     .boxed()
 }
@@ -146,6 +146,7 @@ fn steady_inst(load: u64) -> BoxedStrategy<Inst> {
                     usage: limit / 100 * (load + noise).saturating_sub(10),
                     limit,
                     oom_kills: None,
+                    ..Default::default()
                 }),
             },
         )
