@@ -311,12 +311,22 @@ pub async fn plan(socket: Option<&Path>, path: &Path) -> anyhow::Result<ExitCode
         .with_context(|| format!("observing group {}", spec.name))?;
         // A fresh history would hold every scale-down back: show the bare recommendation.
         let p = decide(spec, &obs, &mut History::default(), now);
+        let signals: Vec<String> = p
+            .signals
+            .iter()
+            .map(|s| {
+                let value = s
+                    .value
+                    .map_or_else(|| "unknown".into(), |v| format!("{v:.1}"));
+                let wants = s.wants.map_or_else(|| "-".into(), |w| w.to_string());
+                format!("{} {value} (target {}) wants {wants}", s.name, s.target)
+            })
+            .collect();
         println!(
-            "{}: {} instance(s), memory {} (target {}%), recommends {} ({})",
+            "{}: {} instance(s), {}; recommends {} ({})",
             spec.name,
             p.current,
-            fmt_util(p.utilization),
-            spec.memory_threshold,
+            signals.join(", "),
             p.recommendation,
             p.reason
         );

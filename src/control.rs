@@ -60,7 +60,11 @@ pub struct GroupStatus {
     pub failing: Vec<String>,
     /// Mean memory use of the measured instances, percent; `null` when unknown.
     pub utilization: Option<f64>,
-    pub threshold: f64,
+    /// The group's `memory_threshold`; `null` when memory is not one of its signals.
+    pub threshold: Option<f64>,
+    /// Every signal of the group (memory included): its value, target and the count it wants.
+    #[serde(default)]
+    pub signals: Vec<SignalStatus>,
     /// The decision's `REASON`; `pending` before the first pass.
     pub reason: String,
     pub paused: bool,
@@ -75,6 +79,31 @@ pub struct GroupStatus {
     pub standby: Option<String>,
 }
 
+/// One signal of a group, as `status --json` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignalStatus {
+    /// `memory`, `cpu`, `pressure` or `external N`.
+    pub name: String,
+    /// Percent for memory, CPU and pressure, the program's number for an external signal;
+    /// `null` without a reading.
+    pub value: Option<f64>,
+    /// The threshold, or an external signal's target per instance.
+    pub target: f64,
+    /// The count it wants; `null` without a reading.
+    pub wants: Option<u32>,
+}
+
+impl From<&crate::model::SignalState> for SignalStatus {
+    fn from(s: &crate::model::SignalState) -> Self {
+        Self {
+            name: s.name.clone(),
+            value: s.value,
+            target: s.target,
+            wants: s.wants,
+        }
+    }
+}
+
 /// The `/status` document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Status {
@@ -85,6 +114,13 @@ pub struct Status {
 struct GroupLabels {
     group: String,
     project: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SignalLabels {
+    group: String,
+    project: String,
+    signal: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -176,6 +212,9 @@ pub struct Telemetry {
     utilization: Family<GroupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     threshold: Family<GroupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     paused: Family<GroupLabels, Gauge>,
+    signal_value: Family<SignalLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    signal_target: Family<SignalLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    signal_wants: Family<SignalLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     actions: Family<ActionLabels, Counter>,
     errors: Family<GroupLabels, Counter>,
     /// Requests to Incus (the client counts them).
@@ -211,6 +250,24 @@ impl Default for Telemetry {
         );
         let paused = Family::default();
         registry.register("paused", "1 when the group is paused", paused.clone());
+        let signal_value = Family::default();
+        registry.register(
+            "signal_value",
+            "Each signal's value: percent for memory, cpu and pressure, the program's number for external N (NaN: no reading)",
+            signal_value.clone(),
+        );
+        let signal_target = Family::default();
+        registry.register(
+            "signal_target",
+            "Each signal's threshold, or an external signal's target per instance",
+            signal_target.clone(),
+        );
+        let signal_wants = Family::default();
+        registry.register(
+            "signal_wanted_instances",
+            "The count each signal wants (NaN: no reading); the group takes the highest",
+            signal_wants.clone(),
+        );
         let actions = Family::default();
         registry.register(
             "actions",
@@ -264,6 +321,9 @@ impl Default for Telemetry {
             utilization,
             threshold,
             paused,
+            signal_value,
+            signal_target,
+            signal_wants,
             actions,
             errors,
             requests,
@@ -325,6 +385,9 @@ impl Telemetry {
         self.utilization.clear();
         self.threshold.clear();
         self.paused.clear();
+        self.signal_value.clear();
+        self.signal_target.clear();
+        self.signal_wants.clear();
         for g in &status.groups {
             let labels = GroupLabels {
                 group: g.name.clone(),
@@ -350,7 +413,23 @@ impl Telemetry {
             self.utilization
                 .get_or_create(&labels)
                 .set(g.utilization.unwrap_or(f64::NAN));
-            self.threshold.get_or_create(&labels).set(g.threshold);
+            if let Some(threshold) = g.threshold {
+                self.threshold.get_or_create(&labels).set(threshold);
+            }
+            for signal in &g.signals {
+                let labels = SignalLabels {
+                    group: g.name.clone(),
+                    project: g.project.clone(),
+                    signal: signal.name.clone(),
+                };
+                self.signal_value
+                    .get_or_create(&labels)
+                    .set(signal.value.unwrap_or(f64::NAN));
+                self.signal_target.get_or_create(&labels).set(signal.target);
+                self.signal_wants
+                    .get_or_create(&labels)
+                    .set(signal.wants.map_or(f64::NAN, f64::from));
+            }
             self.paused.get_or_create(&labels).set(i64::from(g.paused));
         }
         *self.board.lock().unwrap_or_else(|e| e.into_inner()) = status;
@@ -381,6 +460,31 @@ impl Telemetry {
 }
 
 /// Formats a status document as a table in the style of `incus list`.
+/// The signals other than memory, for the table: `cpu 82.0%/70% → 4, external 1 130/20 → 7`.
+fn signals(all: &[SignalStatus]) -> String {
+    let shown: Vec<String> = all
+        .iter()
+        .filter(|s| s.name != "memory")
+        .map(|s| {
+            let unit = if s.name.starts_with("external") {
+                ""
+            } else {
+                "%"
+            };
+            let value = s
+                .value
+                .map_or_else(|| "-".into(), |v| format!("{v:.1}{unit}"));
+            let wants = s.wants.map_or_else(|| "-".into(), |w| w.to_string());
+            format!("{} {value}/{}{unit} → {wants}", s.name, s.target)
+        })
+        .collect();
+    if shown.is_empty() {
+        "-".into()
+    } else {
+        shown.join(", ")
+    }
+}
+
 pub fn table(status: &Status) -> String {
     let header = [
         "GROUP",
@@ -391,6 +495,7 @@ pub fn table(status: &Status) -> String {
         "MAX",
         "MEMORY",
         "TARGET",
+        "SIGNALS",
         "REASON",
         "PAUSED",
         "STANDBY",
@@ -410,7 +515,8 @@ pub fn table(status: &Status) -> String {
                 g.max.to_string(),
                 g.utilization
                     .map_or_else(|| "-".into(), |u| format!("{u:.1}%")),
-                format!("{}%", g.threshold),
+                g.threshold.map_or_else(|| "-".into(), |t| format!("{t}%")),
+                signals(&g.signals),
                 g.reason.clone(),
                 if g.paused { "yes" } else { "no" }.into(),
                 g.standby

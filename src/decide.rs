@@ -27,6 +27,7 @@ pub mod adaptive;
 mod health;
 mod history;
 mod ownership;
+pub mod signals;
 mod windows;
 
 use std::cmp::Ordering;
@@ -36,7 +37,7 @@ use tokio::time::Instant;
 
 use crate::model::{
     Action, Cause, GroupSpec, Memory, Observation, ObservedInstance, Plan, Policy, Reason,
-    ScaleDownOrder,
+    ScaleDownOrder, SignalState, Window,
 };
 use health::Class;
 pub use health::{
@@ -68,24 +69,68 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     let utilization = utilization(measured.iter().map(|(_, m)| m));
 
     let base = history.desired().unwrap_or(capacity);
-    let k8s = recommend(spec, base, utilization, measured.len(), missing);
-    let (recommendation, reason) = match spec.policy {
-        Policy::Kubernetes => k8s,
-        Policy::Adaptive => recommend_adaptive(
-            spec,
-            obs,
-            &measured,
-            utilization,
-            base,
-            k8s,
-            missing,
-            history,
-            now,
-        ),
+    // An open schedule window replaces min (and max) for as long as it is open.
+    let scheduled = scheduled(spec, obs.window);
+    let spec = scheduled.as_ref().unwrap_or(spec);
+    let mut votes = Vec::new();
+    if let Some(threshold) = spec.memory_threshold {
+        let k8s = recommend(spec, threshold, base, utilization, measured.len(), missing);
+        let (wants, reason) = match spec.policy {
+            Policy::Kubernetes => k8s,
+            Policy::Adaptive => recommend_adaptive(
+                spec,
+                threshold,
+                obs,
+                &measured,
+                utilization,
+                base,
+                k8s,
+                missing,
+                history,
+                now,
+            ),
+        };
+        votes.push(signals::Vote {
+            state: SignalState {
+                name: "memory".into(),
+                value: utilization,
+                target: threshold,
+                wants: (reason != Reason::NoMetrics).then_some(wants),
+            },
+            reason,
+            missing: matches!(reason, Reason::NoMetrics | Reason::MetricsMissing),
+        });
+    }
+    let rates = history
+        .cpu
+        .rates(&measured, spec.cpu_limit.unwrap_or(0.0), now);
+    votes.extend(signals::cpu(spec, base, &rates, missing));
+    votes.extend(signals::pressure(spec, base, &measured, missing));
+    votes.extend(signals::external(spec, base, &obs.external));
+    let (recommendation, reason) = if base < spec.min {
+        let why = if scheduled.is_some() && obs.window.and_then(|w| w.min).is_some() {
+            Reason::ScheduleMin
+        } else {
+            Reason::BelowMin
+        };
+        (spec.min, why)
+    } else if base > spec.max {
+        let why = if scheduled.is_some() && obs.window.and_then(|w| w.max).is_some() {
+            Reason::ScheduleMax
+        } else {
+            Reason::AboveMax
+        };
+        (spec.max, why)
+    } else {
+        let (wants, reason) = signals::combine(&votes, base);
+        (wants.clamp(spec.min, spec.max), reason)
     };
+    let signals: Vec<SignalState> = votes.into_iter().map(|v| v.state).collect();
     let (desired, reason, step_limited) = match reason {
         // Bounds are restored at once; only metric-driven changes are stabilized and stepped.
-        Reason::BelowMin | Reason::AboveMax => (recommendation, reason, false),
+        Reason::BelowMin | Reason::AboveMax | Reason::ScheduleMin | Reason::ScheduleMax => {
+            (recommendation, reason, false)
+        }
         _ => {
             let (desired, reason) = stabilize(spec, base, recommendation, reason, history, now);
             let (desired, step_limited) = limit_step(spec, base, capacity, desired, history, now);
@@ -143,6 +188,7 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         previous: base,
         desired,
         utilization,
+        signals,
         recommendation,
         reason,
         step_limited,
@@ -160,6 +206,7 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
 #[allow(clippy::too_many_arguments)]
 fn recommend_adaptive(
     spec: &GroupSpec,
+    threshold: f64,
     obs: &Observation,
     measured: &[(&ObservedInstance, Memory)],
     utilization: Option<f64>,
@@ -192,6 +239,7 @@ fn recommend_adaptive(
         .collect();
     let (r, why) = adaptive::recommend(
         spec,
+        threshold,
         base,
         &readings,
         utilization,
@@ -203,6 +251,21 @@ fn recommend_adaptive(
     } else {
         (r, why)
     }
+}
+
+/// The group as an open schedule window makes it: its `min` and `max` replaced by the
+/// window's (a `min` above the group's `max` raises the `max` with it); `None` when no window
+/// changes them.
+fn scheduled(spec: &GroupSpec, window: Option<Window>) -> Option<GroupSpec> {
+    let w = window?;
+    let min = w.min.unwrap_or(spec.min);
+    let max = w.max.unwrap_or(spec.max).max(min);
+    let min = min.min(max);
+    ((min, max) != (spec.min, spec.max)).then(|| GroupSpec {
+        min,
+        max,
+        ..spec.clone()
+    })
 }
 
 /// Total usage over total limits, percent, as Kubernetes computes utilization: instances with
@@ -225,6 +288,7 @@ fn count(classes: &[(&ObservedInstance, Class)], f: impl Fn(Class) -> bool) -> u
 /// The recommendation before stabilization, and why. `base` is the desired count so far.
 fn recommend(
     spec: &GroupSpec,
+    threshold: f64,
     base: u32,
     utilization: Option<f64>,
     measured: usize,
@@ -239,12 +303,12 @@ fn recommend(
     let Some(utilization) = utilization else {
         return (base, Reason::NoMetrics);
     };
-    let ratio = utilization / spec.memory_threshold;
+    let ratio = utilization / threshold;
     // Σ of per-instance percentages at that utilization.
     let sum = utilization * measured as f64;
     // The band as Kubernetes tests it: `|ratio − 1| <= tolerance` would be false at exactly
     // +10 % through rounding (55/50 − 1 is 0.10000000000000009).
-    if 1.0 - spec.tolerance <= ratio && ratio <= 1.0 + spec.tolerance {
+    if 1.0 - spec.tolerance_down <= ratio && ratio <= 1.0 + spec.tolerance_up {
         return (base, Reason::WithinTolerance);
     }
     if missing > 0 {
@@ -252,13 +316,13 @@ fn recommend(
             return (base, Reason::MetricsMissing);
         }
         // Count every unmeasured instance as 0 % and check the direction again.
-        let ratio_all = sum / (measured + missing) as f64 / spec.memory_threshold;
-        if ratio_all <= 1.0 + spec.tolerance {
+        let ratio_all = sum / (measured + missing) as f64 / threshold;
+        if ratio_all <= 1.0 + spec.tolerance_up {
             return (base, Reason::MetricsMissing);
         }
     }
     // ceil(n × mean / threshold) == ceil(Σ / threshold); the epsilon keeps 5.0000000001 at 5.
-    let raw = (sum / spec.memory_threshold - 1e-9).ceil().max(0.0);
+    let raw = (sum / threshold - 1e-9).ceil().max(0.0);
     let raw = if raw > f64::from(u32::MAX) {
         u32::MAX
     } else {

@@ -98,5 +98,9 @@ pub async fn observe(
     if in_doubt {
         store.invalidate(&spec.project);
     }
-    Ok(Observation { instances, foreign })
+    Ok(Observation {
+        instances,
+        foreign,
+        ..Default::default()
+    })
 }

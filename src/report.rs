@@ -27,18 +27,43 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
     let util_field = plan
         .utilization
         .map_or_else(|| "unknown".into(), |u| format!("{u:.1}"));
-    let target = spec.memory_threshold;
+    let target = spec
+        .memory_threshold
+        .map_or_else(|| "-".into(), |t| t.to_string());
     let (c, p, d) = (plan.current, plan.previous, plan.desired);
+    // The signal a reason names, as "cpu 82.0% above target 70%".
+    let sig = |prefix: &str, how: &str| signal_text(plan, prefix, how);
+    let moved = |what: String, bound: &str, limit: u32| {
+        if d > p {
+            format!("{what}: scaling up from {p} to {d}")
+        } else if d < p {
+            format!("{what}: scaling down from {p} to {d}")
+        } else {
+            format!("{what}: keeping {d} ({bound} {limit})")
+        }
+    };
     let msg = match plan.reason {
         Reason::BelowMin => format!("{p} desired, below min {}: scaling to {d}", spec.min),
         Reason::AboveMax => format!("{p} desired, above max {}: scaling to {d}", spec.max),
+        Reason::ScheduleMin => format!("{p} desired, below the min of an open schedule window: scaling to {d}"),
+        Reason::ScheduleMax => format!("{p} desired, above the max of an open schedule window: scaling to {d}"),
         Reason::AboveThreshold if d > p => format!("memory {util} above target {target}%: scaling up from {p} to {d}"),
         Reason::AboveThreshold => format!("memory {util} above target {target}%: keeping {d} (max {})", spec.max),
         Reason::BelowThreshold if d < p => format!("memory {util} below target {target}%: scaling down from {p} to {d}"),
         Reason::BelowThreshold => format!("memory {util} below target {target}%: keeping {d} (min {})", spec.min),
+        Reason::CpuAboveThreshold => moved(sig("cpu", "above"), "max", spec.max),
+        Reason::CpuBelowThreshold => moved(sig("cpu", "below"), "min", spec.min),
+        Reason::PressureAboveThreshold => moved(sig("pressure", "above"), "max", spec.max),
+        Reason::PressureBelowThreshold => moved(sig("pressure", "below half of"), "min", spec.min),
+        Reason::ExternalAboveTarget => moved(sig("external", "above"), "max", spec.max),
+        Reason::ExternalBelowTarget => moved(sig("external", "below"), "min", spec.min),
+        Reason::Stabilizing if spec.memory_threshold.is_none() => format!("keeping {d} during the scale-down stabilization window"),
         Reason::Stabilizing => format!("memory {util} below target {target}%: keeping {d} during the scale-down stabilization window"),
+        Reason::StabilizingUp if spec.memory_threshold.is_none() => format!("keeping {d} during the scale-up stabilization window"),
         Reason::StabilizingUp => format!("memory {util} above target {target}%: keeping {d} during the scale-up stabilization window"),
+        Reason::MetricsMissing if spec.memory_threshold.is_none() => format!("some instances or signals have no reading: keeping {d}"),
         Reason::MetricsMissing => format!("memory {util}, but some instances have no reading: keeping {d}"),
+        Reason::NoMetrics if spec.memory_threshold.is_none() => format!("no reading: keeping {d}"),
         Reason::NoMetrics => format!("no memory reading: keeping {d}"),
         Reason::WithinTolerance => format!("memory {util} near target {target}%: keeping {d}"),
         Reason::AtLimit => format!("an instance is at its memory limit (memory {util}): scaling up from {p} to {d}"),
@@ -46,6 +71,12 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
             "{d} desired, but {} protected instance(s) ({}=true) cannot be removed: keeping {c}",
             plan.protected, crate::model::PROTECTED_KEY
         ),
+    };
+    let msg = match plan.reason {
+        Reason::WithinTolerance if spec.memory_threshold.is_none() => {
+            format!("signals near their targets: keeping {d}")
+        }
+        _ => msg,
     };
     let msg = if plan.paused {
         format!("paused (nothing is done): {msg}")
@@ -85,6 +116,29 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
         tracing::debug!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
     } else {
         tracing::info!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
+    }
+}
+
+/// The first signal whose name starts with `prefix`, as "cpu 82.0% above target 70%" (or
+/// "external 1 = 130 above target 20 per instance").
+fn signal_text(plan: &Plan, prefix: &str, how: &str) -> String {
+    let Some(s) = plan
+        .signals
+        .iter()
+        .find(|s| s.name.starts_with(prefix) && s.wants.is_some_and(|w| w != plan.previous))
+    else {
+        return format!("{prefix} {how} target");
+    };
+    let value = s
+        .value
+        .map_or_else(|| "unknown".into(), |v| format!("{v:.1}"));
+    if prefix == "external" {
+        format!(
+            "{} = {value} {how} target {} per instance",
+            s.name, s.target
+        )
+    } else {
+        format!("{} {value}% {how} target {}%", s.name, s.target)
     }
 }
 
@@ -165,13 +219,16 @@ pub fn status_line<'a>(
             match last {
                 None => (false, format!("{name}: pending")),
                 Some(s) => {
-                    let mut line = format!(
-                        "{name} {}/{} mem {} (target {}%)",
-                        s.current,
-                        s.desired,
-                        fmt_util(s.utilization),
-                        spec.memory_threshold
-                    );
+                    let mut line = format!("{name} {}/{}", s.current, s.desired);
+                    if let Some(t) = spec.memory_threshold {
+                        line.push_str(&format!(" mem {} (target {t}%)", fmt_util(s.utilization)));
+                    }
+                    for signal in s.signals.iter().filter(|x| x.name != "memory") {
+                        let value = signal
+                            .value
+                            .map_or_else(|| "unknown".into(), |v| format!("{v:.1}"));
+                        line.push_str(&format!(" {} {value}", signal.name));
+                    }
                     if s.unhealthy > 0 {
                         line.push_str(&format!(" +{} unhealthy", s.unhealthy));
                     }
@@ -246,6 +303,7 @@ mod tests {
             warm: 0,
             failing: Vec::new(),
             utilization: Some(50.0),
+            signals: Vec::new(),
             reason: Reason::BelowMin,
             error: Some("x".repeat(3000)),
             standby: None,

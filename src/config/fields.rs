@@ -40,6 +40,11 @@ impl<'t, 'i> Fields<'t, 'i> {
         }
     }
 
+    /// Whether the table has `key` at all (whatever its value).
+    pub fn has(&self, key: &str) -> bool {
+        self.table.contains_key(key)
+    }
+
     /// Where the table itself is.
     pub fn span(&self) -> Range<usize> {
         self.span.clone()
@@ -233,6 +238,35 @@ impl<'t, 'i> Fields<'t, 'i> {
                 None
             }
         }
+    }
+
+    /// An array of tables (`[[KEY]]`), each named `KEY[i]` in messages.
+    pub fn tables(&mut self, c: &mut Collector, key: &str) -> Vec<Fields<'t, 'i>> {
+        let Some(v) = self.get(key) else {
+            return Vec::new();
+        };
+        let DeValue::Array(items) = v.get_ref() else {
+            self.wrong(
+                c,
+                key,
+                v,
+                &format!("an array of tables ([[{}]])", self.key(key)),
+            );
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("{}[{i}]", self.key(key));
+            match item.get_ref() {
+                DeValue::Table(t) => out.push(Fields::new(t, &path, item.span())),
+                other => c.error(
+                    Some(item.span()),
+                    &path,
+                    format!("expected a table, found {}", type_name(other)),
+                ),
+            }
+        }
+        out
     }
 
     /// Every entry of the table, marking them all as known.

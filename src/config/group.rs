@@ -8,7 +8,7 @@ use toml::de::DeValue;
 
 use super::diag::{Collector, Severity};
 use super::fields::{self, Fields};
-use super::{keys, security, DRAIN_TIMEOUT_MAX, DURATION_MAX, SUFFIX_LEN, WARM_POOL_MAX};
+use super::{keys, security, signals, DRAIN_TIMEOUT_MAX, DURATION_MAX, SUFFIX_LEN, WARM_POOL_MAX};
 use crate::model::{
     GroupName, GroupSpec, Policy, ScaleDownOrder, GROUP_KEY, MAX_INSTANCES, RESTART_BACKOFF_MAX,
     STOP_TIMEOUT_MAX,
@@ -24,9 +24,6 @@ pub(super) fn group(
     let min = t.count(c, "min");
     let max = t.count(c, "max");
     let max = t.required(c, "max", max);
-    let threshold = t.number(c, "memory_threshold");
-    let threshold = t.required(c, "memory_threshold", threshold);
-    let tolerance = t.number(c, "tolerance");
     let image = t.string(c, "image");
     let image = t.required(c, "image", image);
     let prefix = t.string(c, "instance_prefix");
@@ -149,24 +146,6 @@ pub(super) fn group(
             }
         }
     }
-    if let Some((th, span)) = &threshold {
-        if !(1.0..=100.0).contains(th) {
-            c.error(
-                Some(span.clone()),
-                &t.key("memory_threshold"),
-                format!("{th} is outside 1–100 (percent of each instance's memory limit)"),
-            );
-        }
-    }
-    if let Some((tol, span)) = &tolerance {
-        if !(0.0..1.0).contains(tol) {
-            c.error(
-                Some(span.clone()),
-                &t.key("tolerance"),
-                "must be from 0 up to (not including) 1",
-            );
-        }
-    }
     if let Some((img, span)) = &image {
         if img.trim().is_empty() {
             c.error(
@@ -200,6 +179,7 @@ pub(super) fn group(
         }
     }
     let config = config.unwrap_or_default();
+    let signals = signals::read(c, &mut t, &config);
     let profiles = profiles.map_or_else(|| vec!["default".to_owned()], |(p, _)| p);
     if !config.contains_key("limits.memory") {
         c.warning(
@@ -225,8 +205,14 @@ pub(super) fn group(
         instance_prefix: prefix.map_or_else(|| format!("{name}-"), |(p, _)| p),
         min: min.map_or(1, |(m, _)| m),
         max: max?.0,
-        memory_threshold: threshold?.0,
-        tolerance: tolerance.map_or(0.1, |(t, _)| t),
+        memory_threshold: signals.memory_threshold,
+        cpu_threshold: signals.cpu_threshold,
+        pressure_threshold: signals.pressure_threshold,
+        tolerance_up: signals.tolerance_up,
+        tolerance_down: signals.tolerance_down,
+        cpu_limit: signals.cpu_limit,
+        external: signals.external,
+        schedule: signals.schedule,
         image: image?.0,
         profiles,
         project: project.map_or_else(|| "default".to_owned(), |(p, _)| p),

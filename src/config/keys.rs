@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::signals::{EXTERNAL_TIMEOUT_MAX, WINDOW_MAX};
 use super::{DRAIN_TIMEOUT_MAX, DURATION_MAX, PARALLEL_MAX, SUFFIX_LEN, WARM_POOL_MAX};
 use crate::model::{GroupName, MAX_INSTANCES, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX};
 
@@ -15,6 +16,10 @@ pub enum Table {
     Daemon,
     /// `[groups.NAME]`.
     Group,
+    /// `[[groups.NAME.external]]`.
+    External,
+    /// `[[groups.NAME.schedule]]`.
+    Schedule,
 }
 
 /// When a change of the key takes effect.
@@ -73,7 +78,7 @@ fn up_to(min: Duration, max: Duration) -> Option<String> {
 /// Every key, `[daemon]` first, each table in the manual's order.
 pub fn keys() -> Vec<Key> {
     use Applies::{AtStart, OnReload};
-    use Table::{Daemon, Group};
+    use Table::{Daemon, External, Group, Schedule};
     let d = |s: &str| Some(s.to_owned());
     vec![
         Key {
@@ -244,13 +249,49 @@ pub fn keys() -> Vec<Key> {
             table: Group,
             name: "memory_threshold",
             kind: "number (percent)",
-            default: None,
+            default: d("none: memory is not a signal of the group"),
             range: Some("1 to 100".into()),
             applies: OnReload,
             doc: "The average memory use the group is kept at, in percent of each instance's \
                   memory limit (limits.memory). Above it instances are added, well below it \
-                  removed, as the policy decides.",
+                  removed, as the policy decides. A group scales on at least one signal: \
+                  memory_threshold, cpu_threshold, pressure_threshold or an external table. \
+                  With several, each wants a count and the group takes the highest; a signal \
+                  without a reading never lowers the count.",
             example: "memory_threshold = 70",
+        },
+        Key {
+            table: Group,
+            name: "cpu_threshold",
+            kind: "number (percent)",
+            default: d("none: CPU is not a signal of the group"),
+            range: Some("1 to 100".into()),
+            applies: OnReload,
+            doc: "The average CPU use the group is kept at, in percent of each instance's CPU \
+                  limit, which the group's config must set: \"limits.cpu\" (a number of CPUs, \
+                  or a set such as \"0-1\") or \"limits.cpu.allowance\" as a quota such as \
+                  \"50ms/100ms\" (the smaller of the two when both are set). An instance's use \
+                  is its CPU time between two passes over the time between them, so it counts \
+                  from its second pass. The group wants ceil(n * mean / threshold) instances, \
+                  with the tolerance band (the Kubernetes rule).",
+            example: "cpu_threshold = 70",
+        },
+        Key {
+            table: Group,
+            name: "pressure_threshold",
+            kind: "number (percent)",
+            default: d("none: pressure is not a signal of the group"),
+            range: Some("1 to 100".into()),
+            applies: OnReload,
+            doc: "Pressure stall information: the share of time some task of an instance waits \
+                  for CPU or memory (the higher of its cpu.pressure and memory.pressure \"some \
+                  avg10\"), averaged over the instances. Pressure does not fall as instances are \
+                  added the way utilization does, so it only asks for growth: above the \
+                  threshold the group wants ceil(n * pressure / threshold) instances; from half \
+                  the threshold up to it, the count it has; below half, nothing (the other \
+                  signals decide, and alone it lets the group shrink to min). Read from the \
+                  cgroup files of the host the instances run on.",
+            example: "pressure_threshold = 20",
         },
         Key {
             table: Group,
@@ -319,7 +360,7 @@ pub fn keys() -> Vec<Key> {
                   make a container root on the host (security.privileged = true, raw.*, \
                   linux.kernel_modules, some security.syscalls.intercept.*) unless \
                   allow_privileged = true.",
-            example: "config = { \"limits.memory\" = \"256MiB\" }",
+            example: "config = { \"limits.memory\" = \"256MiB\", \"limits.cpu\" = \"1\" }",
         },
         Key {
             table: Group,
@@ -346,10 +387,33 @@ pub fn keys() -> Vec<Key> {
             default: d("0.1"),
             range: Some("0 up to, not including, 1".into()),
             applies: OnReload,
-            doc: "With policy = \"kubernetes\": no change while utilization / threshold is \
-                  within 1 - tolerance and 1 + tolerance. With \"adaptive\": only how far above \
-                  the threshold a group with an unmeasured instance must be before it grows.",
+            doc: "Sets both tolerance_up and tolerance_down. For memory with policy = \
+                  \"kubernetes\", and for CPU and external signals: no change while \
+                  utilization / threshold is within 1 - tolerance_down and 1 + tolerance_up. \
+                  For memory with \"adaptive\": only how far above the threshold a group with \
+                  an unmeasured instance must be before it grows.",
             example: "tolerance = 0.1",
+        },
+        Key {
+            table: Group,
+            name: "tolerance_up",
+            kind: "number",
+            default: d("tolerance"),
+            range: Some("0 up to, not including, 1".into()),
+            applies: OnReload,
+            doc: "No scale-up while utilization / threshold is at most 1 + tolerance_up \
+                  (Kubernetes 1.33 and later set each direction apart).",
+            example: "tolerance_up = 0.1",
+        },
+        Key {
+            table: Group,
+            name: "tolerance_down",
+            kind: "number",
+            default: d("tolerance"),
+            range: Some("0 up to, not including, 1".into()),
+            applies: OnReload,
+            doc: "No scale-down while utilization / threshold is at least 1 - tolerance_down.",
+            example: "tolerance_down = 0.1",
         },
         Key {
             table: Group,
@@ -509,6 +573,118 @@ pub fn keys() -> Vec<Key> {
             applies: OnReload,
             doc: "On an Incus cluster, where new instances go.",
             example: "target = \"@web-nodes\"",
+        },
+        Key {
+            table: Group,
+            name: "external",
+            kind: "array of tables",
+            default: d("none"),
+            range: None,
+            applies: OnReload,
+            doc: "External signals, each a [[groups.NAME.external]] table; see EXTERNAL \
+                  SIGNALS.",
+            example: "external = []",
+        },
+        Key {
+            table: Group,
+            name: "schedule",
+            kind: "array of tables",
+            default: d("none"),
+            range: None,
+            applies: OnReload,
+            doc: "Schedule windows, each a [[groups.NAME.schedule]] table; see SCHEDULES.",
+            example: "schedule = []",
+        },
+        Key {
+            table: External,
+            name: "command",
+            kind: "array of strings",
+            default: None,
+            range: Some("an absolute path first".into()),
+            applies: OnReload,
+            doc: "The program and its arguments, run directly (no shell, no PATH search) as \
+                  the daemon's user, with a small environment and standard input closed, at \
+                  most once per interval. It prints one number on standard output. The program \
+                  must be owned by root and writable by no one else, like every directory on \
+                  its path. A program that fails, runs out of time or prints anything but a \
+                  number gives no reading, said once in the journal with what it wrote on \
+                  standard error. The packaged unit allows no network: a program that needs it \
+                  needs a drop-in (see /usr/share/doc/incus-hpa/docs/operating.md).",
+            example: "command = [\"/usr/local/bin/queue-depth\", \"jobs\"]",
+        },
+        Key {
+            table: External,
+            name: "target",
+            kind: "number",
+            default: None,
+            range: Some("above 0".into()),
+            applies: OnReload,
+            doc: "The value one instance can take: the signal wants ceil(value / target) \
+                  instances, with the tolerance band around the count there is.",
+            example: "target = 20",
+        },
+        Key {
+            table: External,
+            name: "timeout",
+            kind: "duration",
+            default: d("\"5s\""),
+            range: up_to(Duration::from_millis(100), EXTERNAL_TIMEOUT_MAX),
+            applies: OnReload,
+            doc: "How long the program may run; then it is killed, with its children, and the \
+                  signal has no reading.",
+            example: "timeout = \"5s\"",
+        },
+        Key {
+            table: Schedule,
+            name: "cron",
+            kind: "string",
+            default: None,
+            range: Some("five fields: minute hour day-of-month month day-of-week".into()),
+            applies: OnReload,
+            doc: "When the window opens, as a cron expression in the window's time zone.",
+            example: "cron = \"0 8 * * 1-5\"",
+        },
+        Key {
+            table: Schedule,
+            name: "duration",
+            kind: "duration",
+            default: None,
+            range: up_to(Duration::from_secs(60), WINDOW_MAX),
+            applies: OnReload,
+            doc: "How long the window stays open each time it opens (elapsed time, across a \
+                  change of daylight saving time too).",
+            example: "duration = \"10h\"",
+        },
+        Key {
+            table: Schedule,
+            name: "min",
+            kind: "integer",
+            default: d("the group's min"),
+            range: Some("at most the window's max".into()),
+            applies: OnReload,
+            doc: "The group's min while the window is open (above the group's max, it raises \
+                  the max with it). A window sets min, max or both.",
+            example: "min = 4",
+        },
+        Key {
+            table: Schedule,
+            name: "max",
+            kind: "integer",
+            default: d("the group's max"),
+            range: Some("1 or more".into()),
+            applies: OnReload,
+            doc: "The group's max while the window is open.",
+            example: "max = 12",
+        },
+        Key {
+            table: Schedule,
+            name: "timezone",
+            kind: "string",
+            default: d("the host's time zone"),
+            range: Some("an IANA time zone name".into()),
+            applies: OnReload,
+            doc: "The time zone the cron expression is read in, such as \"Europe/Paris\".",
+            example: "timezone = \"Europe/Paris\"",
         },
     ]
 }

@@ -3,24 +3,42 @@
 use super::*;
 use std::path::Path;
 
-/// A file that sets every key to its example.
-fn every_key() -> String {
+/// A group key whose value is an array of tables, written as `[[groups.web.NAME]]`.
+fn is_array(k: &Key) -> bool {
+    k.kind == "array of tables"
+}
+
+/// A file that sets every key to its example; with `tables`, one table of each array of
+/// tables too.
+fn every_key(tables: bool) -> String {
     let mut text = String::from("[daemon]\n");
     for k in keys().iter().filter(|k| k.table == Table::Daemon) {
         text.push_str(k.example);
         text.push('\n');
     }
     text.push_str("\n[groups.web]\n");
-    for k in keys().iter().filter(|k| k.table == Table::Group) {
+    for k in keys()
+        .iter()
+        .filter(|k| k.table == Table::Group && !is_array(k))
+    {
         text.push_str(k.example);
         text.push('\n');
+    }
+    if tables {
+        for (table, name) in [(Table::External, "external"), (Table::Schedule, "schedule")] {
+            text.push_str(&format!("\n[[groups.web.{name}]]\n"));
+            for k in keys().iter().filter(|k| k.table == table) {
+                text.push_str(k.example);
+                text.push('\n');
+            }
+        }
     }
     text
 }
 
 #[test]
 fn every_example_is_valid_together() {
-    let text = every_key();
+    let text = every_key(true);
     let loaded = crate::config::parse(Path::new("keys"), &text)
         .unwrap_or_else(|e| panic!("{:#?}\n{text}", e.diagnostics));
     assert!(loaded.warnings.is_empty(), "{:#?}", loaded.warnings);
@@ -37,11 +55,17 @@ fn the_parser_reads_every_key_of_the_table() {
             "{ wrong = 1 }"
         };
         let line = format!("{} = {wrong}", k.name);
-        let text = every_key().replace(&format!("\n{}\n", k.example), &format!("\n{line}\n"));
+        let text = if is_array(&k) {
+            every_key(false).replace("[groups.web]\n", &format!("[groups.web]\n{line}\n"))
+        } else {
+            every_key(true).replace(&format!("\n{}\n", k.example), &format!("\n{line}\n"))
+        };
         assert!(text.contains(&line), "{}", k.name);
         let path = match k.table {
             Table::Daemon => format!("daemon.{}", k.name),
             Table::Group => format!("groups.web.{}", k.name),
+            Table::External => format!("groups.web.external[0].{}", k.name),
+            Table::Schedule => format!("groups.web.schedule[0].{}", k.name),
         };
         let e = crate::config::parse(Path::new("keys"), &text).unwrap_err();
         assert!(

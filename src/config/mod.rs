@@ -12,6 +12,7 @@ pub mod keys;
 mod remote;
 mod safe_open;
 mod security;
+pub mod signals;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

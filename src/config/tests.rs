@@ -42,7 +42,7 @@ fn the_documented_example_parses() {
     assert!(l.warnings.is_empty(), "{:?}", l.warnings);
     assert_eq!(l.state.daemon.interval, Duration::from_secs(5));
     let g = &l.state.groups[&GroupName::parse("web").unwrap()];
-    assert_eq!((g.min, g.max, g.memory_threshold), (1, 5, 70.0));
+    assert_eq!((g.min, g.max, g.memory_threshold), (1, 5, Some(70.0)));
     assert_eq!(g.image, "busybox");
     assert_eq!(g.instance_prefix, "web-");
     assert_eq!(g.scale_down_stabilization, Duration::from_secs(300));
@@ -58,7 +58,7 @@ fn defaults_apply() {
     assert_eq!(g.instance_prefix, "db-");
     assert_eq!(g.profiles, vec!["default"]);
     assert_eq!(g.project, "default");
-    assert_eq!(g.tolerance, 0.1);
+    assert_eq!((g.tolerance_up, g.tolerance_down), (0.1, 0.1));
     assert_eq!((g.max_scale_up_step, g.max_scale_down_step), (None, None));
     assert_eq!(l.state.daemon.interval, Duration::from_secs(15));
     // No memory limit: a warning, not an error.

@@ -185,6 +185,7 @@ pub struct Reading {
 /// `base_count`, and why. Learns the base and the trend into `est`.
 pub fn recommend(
     spec: &GroupSpec,
+    threshold: f64,
     base_count: u32,
     readings: &[Reading],
     utilization: f64,
@@ -216,11 +217,11 @@ pub fn recommend(
     let growth = est.trend(now, demand);
     let predicted = demand + growth * spec.interval.as_secs_f64();
     // What one instance holds at the threshold; a base at or above it leaves the ratio.
-    let per_instance = spec.memory_threshold / 100.0 * mean_limit - base;
+    let per_instance = threshold / 100.0 * mean_limit - base;
     let needed = if per_instance > 0.0 {
         (predicted / per_instance - 1e-9).ceil().max(0.0)
     } else {
-        (n * utilization / spec.memory_threshold - 1e-9).ceil()
+        (n * utilization / threshold - 1e-9).ceil()
     };
     let mut needed = needed.min(f64::from(u32::MAX)) as u32;
     // An OOM kill says the same as a reading at the limit, even when the kill freed memory.

@@ -43,6 +43,7 @@ fn of(instances: Vec<ObservedInstance>) -> Observation {
     Observation {
         instances,
         foreign: vec![],
+        ..Default::default()
     }
 }
 

@@ -138,6 +138,7 @@ fn kubernetes_conformance() {
                 .map(|(i, (p, r))| instance(i, *r, *p))
                 .collect(),
             foreign: vec![],
+            ..Default::default()
         };
         let mut h = History::default();
         let t0 = Instant::now();

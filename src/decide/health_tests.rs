@@ -22,6 +22,7 @@ fn group(instances: Vec<ObservedInstance>) -> Observation {
     Observation {
         instances,
         foreign: vec![],
+        ..Default::default()
     }
 }
 

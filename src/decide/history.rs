@@ -29,6 +29,8 @@ pub struct History {
     instances: BTreeMap<String, Tracked>,
     /// What the `adaptive` policy has learned (base use, demand trend).
     pub(super) estimates: super::adaptive::Estimates,
+    /// Each instance's last CPU counter, for the CPU signal's rates.
+    pub(super) cpu: super::signals::CpuCounters,
 }
 
 impl History {

@@ -15,8 +15,14 @@ pub(crate) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         name: GroupName::parse("web").unwrap(),
         min,
         max,
-        memory_threshold: threshold,
-        tolerance: 0.1,
+        memory_threshold: Some(threshold),
+        cpu_threshold: None,
+        pressure_threshold: None,
+        tolerance_up: 0.1,
+        tolerance_down: 0.1,
+        cpu_limit: None,
+        external: vec![],
+        schedule: vec![],
         image: "busybox".into(),
         instance_prefix: "web-".into(),
         profiles: vec!["default".into()],
@@ -80,6 +86,7 @@ pub(super) fn obs(percents: &[f64]) -> Observation {
             .map(|(i, p)| at(*p, i as i64))
             .collect(),
         foreign: vec![],
+        ..Default::default()
     }
 }
 
@@ -107,6 +114,7 @@ fn observation(instances: Vec<ObservedInstance>) -> Observation {
     Observation {
         instances,
         foreign: vec![],
+        ..Default::default()
     }
 }
 

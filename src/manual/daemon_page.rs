@@ -338,12 +338,20 @@ fn journal(p: &mut Page) {
 
 /// Every reason of a decision, in the page's order ([`reason`] fails to compile without a new
 /// one; a test checks that each name is on the page).
-pub const REASONS: [Reason; 11] = [
+pub const REASONS: [Reason; 19] = [
     Reason::BelowMin,
     Reason::AboveMax,
+    Reason::ScheduleMin,
+    Reason::ScheduleMax,
     Reason::AboveThreshold,
     Reason::AtLimit,
     Reason::BelowThreshold,
+    Reason::CpuAboveThreshold,
+    Reason::CpuBelowThreshold,
+    Reason::PressureAboveThreshold,
+    Reason::PressureBelowThreshold,
+    Reason::ExternalAboveTarget,
+    Reason::ExternalBelowTarget,
     Reason::WithinTolerance,
     Reason::Stabilizing,
     Reason::StabilizingUp,
@@ -356,12 +364,39 @@ fn reason(r: Reason) -> &'static str {
     match r {
         Reason::BelowMin => "Fewer instances than min: the count is raised to min at once.",
         Reason::AboveMax => "More instances than max: the count is lowered to max at once.",
+        Reason::ScheduleMin => {
+            "Fewer instances than the min of an open schedule window: the count is raised at once."
+        }
+        Reason::ScheduleMax => {
+            "More instances than the max of an open schedule window: the count is lowered at once."
+        }
         Reason::AboveThreshold => "Memory use is above the threshold: instances are added.",
+        Reason::CpuAboveThreshold => "CPU use is above cpu_threshold: instances are added.",
+        Reason::CpuBelowThreshold => {
+            "CPU use is below cpu_threshold, and no other signal holds the count: instances are \
+             removed."
+        }
+        Reason::PressureAboveThreshold => {
+            "Pressure is above pressure_threshold: instances are added in proportion."
+        }
+        Reason::PressureBelowThreshold => {
+            "Pressure is below half of pressure_threshold, and no other signal holds the count: \
+             instances are removed."
+        }
+        Reason::ExternalAboveTarget => {
+            "An external value asks for more instances than there are (value / target)."
+        }
+        Reason::ExternalBelowTarget => {
+            "An external value asks for fewer instances, and no other signal holds the count."
+        }
         Reason::AtLimit => {
             "An instance is at its memory limit, or its OOM killer killed since the last pass: \
              the demand is unknown, and the count at least doubles (policy adaptive)."
         }
-        Reason::BelowThreshold => "Memory use is below the threshold: instances are removed.",
+        Reason::BelowThreshold => {
+            "Memory use is below the threshold, and no other signal holds the count: instances \
+             are removed."
+        }
         Reason::WithinTolerance => {
             "No change: memory use is within the tolerance of the threshold (policy kubernetes), \
              or the recommendation equals the count (policy adaptive)."
@@ -369,9 +404,10 @@ fn reason(r: Reason) -> &'static str {
         Reason::Stabilizing => "A scale-down is held back by the scale-down stabilization window.",
         Reason::StabilizingUp => "A scale-up is held back by the scale-up stabilization window.",
         Reason::MetricsMissing => {
-            "Some instances have no reading and the rest would scale down: the count is kept."
+            "Some instances or signals have no reading and the rest would scale down: the count \
+             is kept."
         }
-        Reason::NoMetrics => "No instance has a reading: the count is kept.",
+        Reason::NoMetrics => "No signal has a reading: the count is kept.",
         Reason::Protected => {
             "A scale-down is cut short by instances a person protected \
              (user.incus-hpa.protected=true)."
@@ -398,8 +434,8 @@ fn cause(c: Cause) -> &'static str {
     match c {
         Cause::BelowMin => "The group is below min.",
         Cause::AboveMax => "The group is above max.",
-        Cause::ScaleUp => "Memory asks for more instances.",
-        Cause::ScaleDown => "Memory asks for fewer instances.",
+        Cause::ScaleUp => "The signals ask for more instances.",
+        Cause::ScaleDown => "The signals ask for fewer instances.",
         Cause::Replace => "An instance is missing or unhealthy: this is its replacement.",
         Cause::Surplus => {
             "More instances serve than desired (an unhealthy one recovered after it was \

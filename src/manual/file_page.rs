@@ -55,8 +55,27 @@ pub fn file_page() -> String {
     p.para("Settings of the daemon itself. Every key is optional.");
     keys_of(&mut p, Table::Daemon);
     p.section("[groups.NAME]");
-    p.para("One group of instances. max, memory_threshold and image are required.");
+    p.para(
+        "One group of instances. max and image are required, and at least one signal: \
+         memory_threshold, cpu_threshold, pressure_threshold or an external table.",
+    );
     keys_of(&mut p, Table::Group);
+    p.section("EXTERNAL SIGNALS");
+    p.para(
+        "Each [[groups.NAME.external]] table is a signal of its own: a program that prints a \
+         number, such as the depth of a queue or a count of connections, and the value one \
+         instance can take. Its reading is taken at most once per interval.",
+    );
+    keys_of(&mut p, Table::External);
+    p.section("SCHEDULES");
+    p.para(
+        "Each [[groups.NAME.schedule]] table is a window that a cron expression opens, such as \
+         working hours. While it is open, its min and max replace the group's; where windows \
+         overlap, the highest min and the highest max apply. When it closes the group's own \
+         bounds are back, and a scale-down goes through the stabilization window and the step \
+         limits as usual.",
+    );
+    keys_of(&mut p, Table::Schedule);
     p.section("EXAMPLE");
     p.literal(EXAMPLE);
     p.section("FILES");
@@ -94,7 +113,12 @@ image = \"busybox\"
 max_scale_down_step = 1
 
 [groups.web.config]
-\"limits.memory\" = \"256MiB\"";
+\"limits.memory\" = \"256MiB\"
+
+[[groups.web.schedule]]
+cron = \"0 8 * * 1-5\"
+duration = \"10h\"
+min = 3";
 
 fn keys_of(p: &mut Page, table: Table) {
     for k in keys::keys().into_iter().filter(|k| k.table == table) {

@@ -105,6 +105,8 @@ fn every_key_is_on_the_file_page_in_its_table() {
     for (table, heading) in [
         (Table::Daemon, ".SH [daemon]"),
         (Table::Group, ".SH [groups.NAME]"),
+        (Table::External, ".SH \"EXTERNAL SIGNALS\""),
+        (Table::Schedule, ".SH SCHEDULES"),
     ] {
         let section = part(&page, heading);
         for k in keys().into_iter().filter(|k| k.table == table) {

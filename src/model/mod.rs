@@ -16,8 +16,8 @@ mod spec;
 
 pub use endpoint::{Endpoint, TlsFiles, DEFAULT_HTTPS_PORT};
 pub use keys::{GROUP_KEY, OWNER_KEY, PROTECTED_KEY, UUID_KEY, WARM_KEY};
-pub use observation::{Foreign, InstanceStatus, Memory, Observation, ObservedInstance};
-pub use plan::{Action, Cause, Note, Plan, Reason, Summary};
+pub use observation::{Foreign, InstanceStatus, Memory, Observation, ObservedInstance, Window};
+pub use plan::{Action, Cause, Note, Plan, Reason, SignalState, Summary};
 pub use spec::{
     DaemonSpec, DesiredState, ExternalSpec, GroupName, GroupSpec, MemorySourceKind, Policy,
     ScaleDownOrder, ScheduleSpec, DEFAULT_CONTROL_SOCKET, MAX_INSTANCES, RESTART_BACKOFF_MAX,

@@ -99,6 +99,15 @@ pub struct Foreign {
     pub adopt: String,
 }
 
+/// The bounds of the group's schedule windows open now (see `crate::schedule`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Window {
+    /// The `min` in force instead of the group's, if a window gives one.
+    pub min: Option<u32>,
+    /// The `max` in force instead of the group's, if a window gives one.
+    pub max: Option<u32>,
+}
+
 /// Everything observed about one group in one reconcile.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Observation {
@@ -106,4 +115,9 @@ pub struct Observation {
     pub instances: Vec<ObservedInstance>,
     /// Instances with the group's key that are not the group's own.
     pub foreign: Vec<Foreign>,
+    /// Each external signal's value, in the order of the group's `external` tables; `None`
+    /// when its program gave no number.
+    pub external: Vec<Option<f64>>,
+    /// The schedule windows open now; `None` when none is.
+    pub window: Option<Window>,
 }

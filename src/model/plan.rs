@@ -28,6 +28,22 @@ pub enum Reason {
     /// An instance is at its memory limit: the demand is unknown, the count at least doubles
     /// (`adaptive` policy).
     AtLimit,
+    /// CPU use asks for more instances.
+    CpuAboveThreshold,
+    /// CPU use asks for fewer instances.
+    CpuBelowThreshold,
+    /// Pressure is above its threshold: the group grows in proportion.
+    PressureAboveThreshold,
+    /// Pressure is below half its threshold, and no other signal holds the count.
+    PressureBelowThreshold,
+    /// An external value asks for more instances.
+    ExternalAboveTarget,
+    /// An external value asks for fewer instances.
+    ExternalBelowTarget,
+    /// A schedule window is open and its `min` raises the count.
+    ScheduleMin,
+    /// A schedule window is open and its `max` lowers the count.
+    ScheduleMax,
 }
 
 impl Reason {
@@ -45,6 +61,14 @@ impl Reason {
             Reason::StabilizingUp => "stabilizing-up",
             Reason::Protected => "protected",
             Reason::AtLimit => "at-limit",
+            Reason::CpuAboveThreshold => "cpu-above-threshold",
+            Reason::CpuBelowThreshold => "cpu-below-threshold",
+            Reason::PressureAboveThreshold => "pressure-above-threshold",
+            Reason::PressureBelowThreshold => "pressure-below-threshold",
+            Reason::ExternalAboveTarget => "external-above-target",
+            Reason::ExternalBelowTarget => "external-below-target",
+            Reason::ScheduleMin => "schedule-min",
+            Reason::ScheduleMax => "schedule-max",
         }
     }
 }
@@ -197,6 +221,8 @@ pub struct Plan {
     pub desired: u32,
     /// Average memory use of the measured healthy instances, percent of their limits.
     pub utilization: Option<f64>,
+    /// Each signal of the group: its value, its target and the count it wants.
+    pub signals: Vec<SignalState>,
     /// The recommendation before stabilization (kept in the history).
     pub recommendation: u32,
     pub reason: Reason,
@@ -214,6 +240,20 @@ pub struct Plan {
     pub requeue_in: Option<Duration>,
 }
 
+/// What one signal of a group says in one pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignalState {
+    /// `memory`, `cpu`, `pressure` or `external N` (N from 1, in the file's order).
+    pub name: String,
+    /// Its value: percent for memory, CPU and pressure, the program's number for an external
+    /// signal; `None` when there is no reading.
+    pub value: Option<f64>,
+    /// Its threshold, or an external signal's target per instance.
+    pub target: f64,
+    /// The count it wants; `None` when it has no reading (it then never lowers the count).
+    pub wants: Option<u32>,
+}
+
 /// The last outcome of a group, for the status line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
@@ -224,6 +264,7 @@ pub struct Summary {
     /// Instances whose start keeps failing (not capacity, left in place).
     pub failing: Vec<String>,
     pub utilization: Option<f64>,
+    pub signals: Vec<SignalState>,
     pub reason: Reason,
     pub error: Option<String>,
     /// Another daemon holds the group's lease: its holder id.

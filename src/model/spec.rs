@@ -144,10 +144,24 @@ pub struct GroupSpec {
     pub name: GroupName,
     pub min: u32,
     pub max: u32,
-    /// Target average memory use, percent of each instance's limit (1–100).
-    pub memory_threshold: f64,
-    /// No change while |utilization / threshold − 1| is within this (Kubernetes: 0.1).
-    pub tolerance: f64,
+    /// Target average memory use, percent of each instance's limit (1–100); `None`: memory is
+    /// not a signal of this group.
+    pub memory_threshold: Option<f64>,
+    /// Target average CPU use, percent of each instance's CPU limit ([`GroupSpec::cpu_limit`]).
+    pub cpu_threshold: Option<f64>,
+    /// Pressure (PSI "some avg10", percent) above which the group grows.
+    pub pressure_threshold: Option<f64>,
+    /// No scale-up while utilization / threshold is at most 1 + this (Kubernetes: 0.1).
+    pub tolerance_up: f64,
+    /// No scale-down while utilization / threshold is at least 1 − this (Kubernetes: 0.1).
+    pub tolerance_down: f64,
+    /// Each instance's CPU limit, in CPUs, from the group's `limits.cpu` or
+    /// `limits.cpu.allowance` (required with `cpu_threshold`).
+    pub cpu_limit: Option<f64>,
+    /// Programs whose output the group scales on.
+    pub external: Vec<ExternalSpec>,
+    /// Windows that replace `min` (and `max`) while they are open.
+    pub schedule: Vec<ScheduleSpec>,
     pub image: String,
     pub instance_prefix: String,
     pub profiles: Vec<String>,

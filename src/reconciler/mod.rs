@@ -280,6 +280,7 @@ impl Reconciler {
                         warm: 0,
                         failing: Vec::new(),
                         utilization: None,
+                        signals: Vec::new(),
                         reason: Reason::NoMetrics,
                         error: None,
                         standby: None,
@@ -335,6 +336,9 @@ impl Reconciler {
                     failing: last.map(|l| l.failing.clone()).unwrap_or_default(),
                     utilization: last.and_then(|l| l.utilization),
                     threshold: s.memory_threshold,
+                    signals: last
+                        .map(|l| l.signals.iter().map(Into::into).collect())
+                        .unwrap_or_default(),
                     reason: last.map_or_else(|| "pending".into(), |l| l.reason.to_string()),
                     paused: s.paused,
                     last_action: g.last_action.clone(),

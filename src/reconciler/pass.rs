@@ -93,6 +93,7 @@ pub(super) async fn reconcile(
         warm: plan.warm,
         failing: plan.failing.clone(),
         utilization: plan.utilization,
+        signals: plan.signals.clone(),
         reason: plan.reason,
         error: None,
         standby: standby.clone(),

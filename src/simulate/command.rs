@@ -85,6 +85,12 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
                 }
             )
         })?;
+    let Some(threshold) = spec.memory_threshold else {
+        return Err(format!(
+            "{file}: group {:?} has no memory_threshold: simulate replays a memory demand",
+            args.group
+        ));
+    };
     let limit_mib = match args.limit_mib {
         Some(l) if l.is_finite() && l > 0.0 => l,
         Some(l) => return Err(format!("--limit-mib {l}: must be a positive number of MiB")),
@@ -140,7 +146,7 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
         );
-        plot(path, &title, spec.memory_threshold, &runs)?;
+        plot(path, &title, threshold, &runs)?;
     }
     Ok(())
 }

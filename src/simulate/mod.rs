@@ -117,7 +117,8 @@ pub fn spec_for(spec: &GroupSpec, policy: SimPolicy) -> GroupSpec {
         SimPolicy::Kubernetes | SimPolicy::Step => GroupSpec {
             policy: Policy::Kubernetes,
             interval: Duration::from_secs(if policy == SimPolicy::Step { 10 } else { 15 }),
-            tolerance: 0.1,
+            tolerance_up: 0.1,
+            tolerance_down: 0.1,
             scale_down_stabilization: Duration::from_secs(300),
             scale_up_stabilization: Duration::ZERO,
             max_scale_up_step: None,
@@ -139,7 +140,8 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
     let (limit, base) = (model.limit_mib, model.base_mib.min(model.limit_mib));
     let warmup = model.warmup.as_secs_f64().ceil() as u64;
     let every = spec.interval.as_secs_f64().ceil().max(1.0) as u64;
-    let threshold = spec.memory_threshold;
+    // A group without a memory threshold is refused by the command; 100 % keeps this total.
+    let threshold = spec.memory_threshold.unwrap_or(100.0);
     let per_instance = (threshold / 100.0 * limit - base).max(f64::MIN_POSITIVE);
 
     let t0 = Instant::now();
@@ -217,7 +219,7 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                                 protected: false,
                             })
                             .collect(),
-                        foreign: vec![],
+                        ..Default::default()
                     };
                     let now = t0 + Duration::from_secs(t);
                     let plan = decide(&spec, &obs, &mut history, now);

@@ -287,13 +287,13 @@ fn good(key: &str) -> BoxedStrategy<String> {
             1 => Just("4294967295".to_owned()),
         ]
         .boxed(),
-        "memory_threshold" => prop_oneof![
+        "memory_threshold" | "cpu_threshold" | "pressure_threshold" => prop_oneof![
             (1u32..=100).prop_map(|n| n.to_string()),
             (1.0f64..=100.0).prop_map(float_text),
             select_str(&["1", "100", "1.0", "100.0", "1e2"]),
         ]
         .boxed(),
-        "tolerance" => prop_oneof![
+        "tolerance" | "tolerance_up" | "tolerance_down" => prop_oneof![
             (0.0f64..1.0).prop_map(float_text),
             select_str(&["0", "0.0", "0.1", "0.999"]),
         ]
@@ -336,6 +336,16 @@ fn good(key: &str) -> BoxedStrategy<String> {
         "drain_command" => select_str(&["[\"/bin/sh\", \"-c\", \"sleep 1\"]", "[\"true\"]"]),
         "drain_timeout" => select_str(&["\"1s\"", "\"30s\"", "\"5m\""]),
         "target" => select_str(&["\"m1\"", "\"@web-nodes\""]),
+        "external" => select_str(&[
+            "[]",
+            "[{ command = [\"/usr/local/bin/depth\"], target = 5 }]",
+            "[{ command = [\"/bin/q\", \"x\"], target = 0.5, timeout = \"1s\" }]",
+        ]),
+        "schedule" => select_str(&[
+            "[]",
+            "[{ cron = \"0 8 * * 1-5\", duration = \"10h\", min = 1 }]",
+            "[{ cron = \"*/5 * * * *\", duration = \"1m\", max = 3, timezone = \"UTC\" }]",
+        ]),
         "warm_pool" => (0u32..=config::WARM_POOL_MAX)
             .prop_map(|n| n.to_string())
             .boxed(),
@@ -391,6 +401,8 @@ fn group_text(clean: bool) -> BoxedStrategy<GroupText> {
     name.prop_flat_map(move |name| {
         let entries: Vec<BoxedStrategy<Option<(String, String)>>> = config::group_keys()
             .iter()
+            // cpu_threshold needs a CPU limit in the config: only messy groups have it.
+            .filter(|&&k| !clean || k != "cpu_threshold")
             .map(|&k| {
                 let value = if clean { good(k) } else { messy(k) };
                 let entry = value.prop_map(move |v| (format!("{k} = "), v));
@@ -645,16 +657,31 @@ fn check_state(state: &DesiredState) -> Result<(), TestCaseError> {
             g.warm_pool
         );
         prop_assert_eq!(g.interval, interval, "the daemon's interval");
+        for (key, v) in [
+            ("memory_threshold", g.memory_threshold),
+            ("cpu_threshold", g.cpu_threshold),
+            ("pressure_threshold", g.pressure_threshold),
+        ] {
+            prop_assert!(
+                v.is_none_or(|v| (1.0..=100.0).contains(&v)),
+                "{} {:?}",
+                key,
+                v
+            );
+        }
         prop_assert!(
-            (1.0..=100.0).contains(&g.memory_threshold),
-            "memory_threshold {}",
-            g.memory_threshold
+            g.memory_threshold.is_some()
+                || g.cpu_threshold.is_some()
+                || g.pressure_threshold.is_some()
+                || !g.external.is_empty(),
+            "a group without a signal"
         );
-        prop_assert!(
-            (0.0..1.0).contains(&g.tolerance),
-            "tolerance {}",
-            g.tolerance
-        );
+        for (key, v) in [
+            ("tolerance_up", g.tolerance_up),
+            ("tolerance_down", g.tolerance_down),
+        ] {
+            prop_assert!((0.0..1.0).contains(&v), "{} {}", key, v);
+        }
         for (key, d) in [
             ("scale_down_stabilization", g.scale_down_stabilization),
             ("scale_up_stabilization", g.scale_up_stabilization),
@@ -764,6 +791,66 @@ const BOUNDS: &[(&str, &str, bool)] = &[
     ("memory_threshold", "inf", false),
     ("memory_threshold", "1e400", false),
     ("memory_threshold", "\"50\"", false),
+    ("pressure_threshold", "1", true),
+    ("pressure_threshold", "100", true),
+    ("pressure_threshold", "0.5", false),
+    ("pressure_threshold", "101", false),
+    ("tolerance_up", "0.999", true),
+    ("tolerance_up", "1", false),
+    ("tolerance_down", "0", true),
+    ("tolerance_down", "-0.1", false),
+    (
+        "external",
+        "[{ command = [\"/bin/q\"], target = 0.001 }]",
+        true,
+    ),
+    (
+        "external",
+        "[{ command = [\"/bin/q\"], target = 0 }]",
+        false,
+    ),
+    ("external", "[{ command = [\"q\"], target = 1 }]", false),
+    ("external", "[{ command = [], target = 1 }]", false),
+    (
+        "external",
+        "[{ command = [\"/bin/q\"], target = 1, timeout = \"60s\" }]",
+        true,
+    ),
+    (
+        "external",
+        "[{ command = [\"/bin/q\"], target = 1, timeout = \"61s\" }]",
+        false,
+    ),
+    (
+        "external",
+        "[{ command = [\"/bin/q\"], target = 1, other = 1 }]",
+        false,
+    ),
+    (
+        "schedule",
+        "[{ cron = \"0 8 * * *\", duration = \"1m\", min = 1 }]",
+        true,
+    ),
+    (
+        "schedule",
+        "[{ cron = \"0 8 * * *\", duration = \"59s\", min = 1 }]",
+        false,
+    ),
+    (
+        "schedule",
+        "[{ cron = \"0 8 * *\", duration = \"1h\", min = 1 }]",
+        false,
+    ),
+    (
+        "schedule",
+        "[{ cron = \"0 8 * * *\", duration = \"1h\" }]",
+        false,
+    ),
+    (
+        "schedule",
+        "[{ cron = \"0 8 * * *\", duration = \"1h\", min = 3, max = 2 }]",
+        false,
+    ),
     ("tolerance", "0", true),
     ("tolerance", "0.0", true),
     ("tolerance", "-0.0", true),
@@ -870,7 +957,7 @@ const BOUNDS: &[(&str, &str, bool)] = &[
 fn valid_group() -> BoxedStrategy<BTreeMap<&'static str, String>> {
     let others: Vec<BoxedStrategy<Option<(&'static str, String)>>> = config::group_keys()
         .iter()
-        .filter(|k| !matches!(**k, "min" | "max" | "config"))
+        .filter(|k| !matches!(**k, "min" | "max" | "config" | "cpu_threshold"))
         .map(|&k| {
             let entry = good(k).prop_map(move |v| (k, v));
             if matches!(k, "memory_threshold" | "image") {

@@ -232,6 +232,7 @@ fn observation(p: &Pass) -> Observation {
             })
             .collect(),
         foreign: Vec::new(),
+        ..Default::default()
     }
 }
 

@@ -1,0 +1,318 @@
+//! A group's signals in the file: the thresholds, the tolerances, `[[groups.NAME.external]]`,
+//! `[[groups.NAME.schedule]]`, and the CPU limit the CPU signal is measured against.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::time::Duration;
+
+use super::diag::Collector;
+use super::fields::Fields;
+use super::keys::{self, Table};
+use crate::model::{ExternalSpec, ScheduleSpec};
+
+/// The longest an external program may run.
+pub const EXTERNAL_TIMEOUT_MAX: Duration = Duration::from_secs(60);
+/// The longest a schedule window may stay open.
+pub const WINDOW_MAX: Duration = Duration::from_secs(31 * 24 * 3600);
+
+/// What the signal keys of one group say.
+#[derive(Debug, Default)]
+pub struct Signals {
+    pub memory_threshold: Option<f64>,
+    pub cpu_threshold: Option<f64>,
+    pub pressure_threshold: Option<f64>,
+    pub tolerance_up: f64,
+    pub tolerance_down: f64,
+    pub cpu_limit: Option<f64>,
+    pub external: Vec<ExternalSpec>,
+    pub schedule: Vec<ScheduleSpec>,
+}
+
+/// A percentage key from 1 to 100, with what it is a percentage of.
+fn percent(c: &mut Collector, t: &mut Fields, key: &str, of: &str) -> Option<f64> {
+    let (v, span) = t.number(c, key)?;
+    if (1.0..=100.0).contains(&v) {
+        Some(v)
+    } else {
+        c.error(
+            Some(span),
+            &t.key(key),
+            format!("{v} is outside 1–100 ({of})"),
+        );
+        None
+    }
+}
+
+fn tolerance(c: &mut Collector, t: &mut Fields, key: &str) -> Option<f64> {
+    let (v, span) = t.number(c, key)?;
+    if (0.0..1.0).contains(&v) {
+        Some(v)
+    } else {
+        c.error(
+            Some(span),
+            &t.key(key),
+            "must be from 0 up to (not including) 1",
+        );
+        None
+    }
+}
+
+/// Reads the signal keys of the group `t`, whose instance config is `config`.
+pub fn read(c: &mut Collector, t: &mut Fields, config: &BTreeMap<String, String>) -> Signals {
+    let memory_threshold = percent(
+        c,
+        t,
+        "memory_threshold",
+        "percent of each instance's memory limit",
+    );
+    let cpu_threshold = percent(
+        c,
+        t,
+        "cpu_threshold",
+        "percent of each instance's CPU limit",
+    );
+    let pressure_threshold = percent(
+        c,
+        t,
+        "pressure_threshold",
+        "percent of time some task waits, PSI some avg10",
+    );
+    let both = tolerance(c, t, "tolerance").unwrap_or(0.1);
+    let tolerance_up = tolerance(c, t, "tolerance_up").unwrap_or(both);
+    let tolerance_down = tolerance(c, t, "tolerance_down").unwrap_or(both);
+    let external: Vec<ExternalSpec> = t
+        .tables(c, "external")
+        .into_iter()
+        .filter_map(|e| external(c, e))
+        .collect();
+    let schedule: Vec<ScheduleSpec> = t
+        .tables(c, "schedule")
+        .into_iter()
+        .filter_map(|w| window(c, w))
+        .collect();
+    let limit = cpu_limit(config);
+    if let (Some(_), Err(e)) = (cpu_threshold, &limit) {
+        c.error(Some(t.span()), &t.key("config"), e.clone());
+    }
+    let cpu_limit = limit.unwrap_or(None);
+    if cpu_threshold.is_some() && cpu_limit.is_none() && !config_refused(config) {
+        c.error(
+            Some(t.span()),
+            &t.key("cpu_threshold"),
+            "the CPU signal is a percentage of each instance's CPU limit, and the group's \
+             config sets none: add \"limits.cpu\" = \"1\" (a number of CPUs) or \
+             \"limits.cpu.allowance\" = \"50ms/100ms\" to [groups.NAME.config]",
+        );
+    }
+    if memory_threshold.is_none()
+        && cpu_threshold.is_none()
+        && pressure_threshold.is_none()
+        && external.is_empty()
+        && !t.has("memory_threshold")
+        && !t.has("cpu_threshold")
+        && !t.has("pressure_threshold")
+        && !t.has("external")
+    {
+        c.error(
+            Some(t.span()),
+            &t.key("memory_threshold"),
+            "missing: a group scales on at least one signal: memory_threshold, cpu_threshold, \
+             pressure_threshold or an [[external]] table",
+        );
+    }
+    Signals {
+        memory_threshold,
+        cpu_threshold,
+        pressure_threshold,
+        tolerance_up,
+        tolerance_down,
+        cpu_limit,
+        external,
+        schedule,
+    }
+}
+
+fn external(c: &mut Collector, mut t: Fields) -> Option<ExternalSpec> {
+    let command = t.strings(c, "command");
+    let command = t.required(c, "command", command);
+    let target = t.number(c, "target");
+    let target = t.required(c, "target", target);
+    let timeout = t.duration_within(
+        c,
+        "timeout",
+        Duration::from_millis(100),
+        EXTERNAL_TIMEOUT_MAX,
+    );
+    let (command_key, target_key) = (t.key("command"), t.key("target"));
+    t.finish(c, &keys::names(Table::External));
+    if let Some((cmd, span)) = &command {
+        match cmd.first() {
+            None => c.error(
+                Some(span.clone()),
+                &command_key,
+                "must name a program, e.g. [\"/usr/local/bin/queue-depth\", \"jobs\"]",
+            ),
+            Some(program) => {
+                if let Err(e) = check_program(program) {
+                    c.error(Some(span.clone()), &command_key, e);
+                }
+            }
+        }
+    }
+    if let Some((v, span)) = &target {
+        if *v <= 0.0 {
+            c.error(
+                Some(span.clone()),
+                &target_key,
+                format!("{v} must be above 0 (the value one instance can take)"),
+            );
+        }
+    }
+    let ((command, _), (target, _)) = (command?, target?);
+    (!command.is_empty() && target > 0.0).then(|| ExternalSpec {
+        command,
+        target,
+        timeout: timeout.unwrap_or(Duration::from_secs(5)),
+    })
+}
+
+/// The program of an external signal: an absolute path (the ownership of the file is checked
+/// when it runs, where the daemon reads it).
+fn check_program(program: &str) -> Result<(), String> {
+    if program.starts_with('/') {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program:?} is not an absolute path: the program is run directly, without a shell \
+             or PATH"
+        ))
+    }
+}
+
+fn window(c: &mut Collector, mut t: Fields) -> Option<ScheduleSpec> {
+    let cron = t.string(c, "cron");
+    let cron = t.required(c, "cron", cron);
+    let duration = t.duration_within(c, "duration", Duration::from_secs(60), WINDOW_MAX);
+    let duration = t.required(c, "duration", duration);
+    let min = t.count(c, "min");
+    let max = t.count(c, "max");
+    let timezone = t.string(c, "timezone");
+    let key = |k: &str| t.key(k);
+    let (min_key, max_key, cron_key) = (key("min"), key("max"), key("cron"));
+    let span = t.span();
+    t.finish(c, &keys::names(Table::Schedule));
+    if min.is_none() && max.is_none() {
+        c.error(
+            Some(span),
+            &min_key,
+            "a window sets min, max or both (what the group's bounds are while it is open)",
+        );
+    }
+    if let (Some((lo, span)), Some((hi, _))) = (&min, &max) {
+        if lo > hi {
+            c.error(
+                Some(span.clone()),
+                &min_key,
+                format!("min ({lo}) is greater than max ({hi})"),
+            );
+        }
+    }
+    if let Some((0, span)) = &max {
+        c.error(Some(span.clone()), &max_key, "must be at least 1");
+    }
+    let (cron, cron_span): (String, Range<usize>) = cron?;
+    if let Err(e) = check_cron(&cron, timezone.as_ref().map(|(z, _)| z.as_str())) {
+        c.error(Some(cron_span), &cron_key, e);
+        return None;
+    }
+    Some(ScheduleSpec {
+        cron,
+        duration: duration?,
+        min: min.map(|(m, _)| m),
+        max: max.map(|(m, _)| m),
+        timezone: timezone.map(|(z, _)| z),
+    })
+}
+
+/// A five-field cron expression and, if given, a time zone name (checked by the schedule's own
+/// parser once it is in).
+fn check_cron(cron: &str, _timezone: Option<&str>) -> Result<(), String> {
+    let fields = cron.split_whitespace().count();
+    if fields == 5 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cron:?} has {fields} field(s): write five, minute hour day-of-month month \
+             day-of-week, as in \"0 8 * * 1-5\""
+        ))
+    }
+}
+
+/// Each instance's CPU limit in CPUs, from `limits.cpu` (a count, or a set such as "0-1,4") and
+/// `limits.cpu.allowance` as a quota ("25ms/100ms"); the smaller when both are set. `Ok(None)`
+/// when neither is; an error for an allowance given as a percentage (a soft share under
+/// contention, not a limit) when it is the only one.
+pub fn cpu_limit(config: &BTreeMap<String, String>) -> Result<Option<f64>, String> {
+    let cpus = match config.get("limits.cpu") {
+        None => None,
+        Some(v) => Some(cpu_count(v).ok_or_else(|| {
+            format!(
+                "\"limits.cpu\" = {v:?} is not a number of CPUs or a set of them such as \"0-1\""
+            )
+        })?),
+    };
+    let quota = match config.get("limits.cpu.allowance") {
+        None => None,
+        Some(v) if v.ends_with('%') => {
+            if cpus.is_none() {
+                return Err(format!(
+                    "\"limits.cpu.allowance\" = {v:?} is a share under contention, not a limit \
+                     the CPU signal can be a percentage of: give a quota such as \"50ms/100ms\", \
+                     or also set \"limits.cpu\""
+                ));
+            }
+            None
+        }
+        Some(v) => Some(quota(v).ok_or_else(|| {
+            format!("\"limits.cpu.allowance\" = {v:?} is not a quota such as \"50ms/100ms\"")
+        })?),
+    };
+    Ok(match (cpus, quota) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
+}
+
+/// The CPU keys are there but refused (said by [`cpu_limit`]'s error).
+fn config_refused(config: &BTreeMap<String, String>) -> bool {
+    cpu_limit(config).is_err()
+}
+
+/// "2" → 2 CPUs; "0-1,4" → 3 CPUs.
+fn cpu_count(v: &str) -> Option<f64> {
+    if let Ok(n) = v.trim().parse::<u32>() {
+        return (n > 0).then_some(f64::from(n));
+    }
+    let mut n = 0u32;
+    for part in v.split(',') {
+        match part.trim().split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                n += b.checked_sub(a)? + 1;
+            }
+            None => {
+                part.trim().parse::<u32>().ok()?;
+                n += 1;
+            }
+        }
+    }
+    (n > 0).then_some(f64::from(n))
+}
+
+/// "50ms/100ms" → 0.5 CPU.
+fn quota(v: &str) -> Option<f64> {
+    let (used, period) = v.split_once('/')?;
+    let used = humantime::parse_duration(used.trim()).ok()?.as_secs_f64();
+    let period = humantime::parse_duration(period.trim()).ok()?.as_secs_f64();
+    (used > 0.0 && period > 0.0).then_some(used / period)
+}
