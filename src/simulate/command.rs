@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use super::{plot, simulate, table, LoadModel, SimPolicy, Trace};
+use super::{simulate, svg, table, LoadModel, Plot, SimPolicy, Trace};
 use crate::cli::{Format, SimulateArgs};
 use crate::config;
 
@@ -98,7 +98,15 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
         );
-        plot(path, &title, spec.memory_threshold, &runs)?;
+        let plot = Plot {
+            title: &title,
+            policy: spec.policy.as_str(),
+            threshold: spec.memory_threshold,
+            min: spec.min,
+            max: spec.max,
+        };
+        std::fs::write(path, svg(&plot, &runs))
+            .map_err(|e| format!("{}: cannot write the plot: {e}", path.display()))?;
     }
     Ok(())
 }

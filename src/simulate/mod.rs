@@ -13,6 +13,7 @@
 //! plus removed), `flips` (changes of direction between successive scalings), `peak`.
 
 pub mod command;
+mod draw;
 mod plot;
 mod trace;
 
@@ -25,7 +26,7 @@ use crate::decide::{decide, History};
 use crate::model::{
     Action, GroupSpec, InstanceStatus, Memory, Observation, ObservedInstance, Policy,
 };
-pub use plot::plot;
+pub use plot::{svg, Plot};
 pub use trace::{Trace, TraceError, MAX_TRACE_ROWS, MAX_TRACE_SECONDS};
 
 const MIB: f64 = 1024.0 * 1024.0;
