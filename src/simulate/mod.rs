@@ -13,7 +13,6 @@
 //! plus removed), `flips` (changes of direction between successive scalings), `peak`.
 
 pub mod command;
-mod draw;
 mod plot;
 mod trace;
 

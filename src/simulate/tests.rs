@@ -215,32 +215,83 @@ fn well_formed(xml: &str) -> Result<(), String> {
     }
 }
 
-/// The content of the panel `id`.
-fn panel<'a>(picture: &'a str, id: &str) -> &'a str {
-    let start = picture
-        .find(&format!(r#"<g class="panel" id="{id}">"#))
-        .unwrap_or_else(|| panic!("no panel {id}"));
-    let end = start + picture[start..].find("</g>").unwrap();
-    &picture[start..end]
-}
+/// The grey of the demand and the ink of the ideal count; every other line of three points or
+/// more is a policy's.
+const DEMAND_GREY: &str = "#8C8C8C";
+const INK: &str = "#222222";
 
-/// The value of `name` in the first element of `line` that has it.
-fn attr<'a>(line: &'a str, name: &str) -> &'a str {
-    let key = format!(" {name}=\"");
-    let start = line
-        .find(&key)
-        .unwrap_or_else(|| panic!("no {name} in {line}"))
-        + key.len();
-    &line[start..start + line[start..].find('"').unwrap()]
-}
-
-/// (policy, stroke) of each policy's line in `panel`.
-fn policy_lines(panel: &str) -> Vec<(&str, &str)> {
-    panel
-        .lines()
-        .filter(|l| l.contains(r#"class="policy""#))
-        .map(|l| (attr(l, "data-policy"), attr(l, "stroke")))
+/// The attributes (from a leading space) of each `<tag …>` in `svg`, in order.
+fn elements<'a>(svg: &'a str, tag: &str) -> Vec<&'a str> {
+    let open = format!("<{tag} ");
+    svg.match_indices(&open)
+        .map(|(i, _)| {
+            let rest = &svg[i + open.len() - 1..];
+            &rest[..rest.find('>').unwrap()]
+        })
         .collect()
+}
+
+/// The value of `name` in `element`'s attributes.
+fn attr<'a>(element: &'a str, name: &str) -> &'a str {
+    let key = format!(" {name}=\"");
+    let start = element
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {name} in {element}"))
+        + key.len();
+    &element[start..start + element[start..].find('"').unwrap()]
+}
+
+/// The points of an element's `points`.
+fn points(element: &str) -> Vec<(i32, i32)> {
+    attr(element, "points")
+        .split_whitespace()
+        .map(|p| {
+            let (x, y) = p.split_once(',').unwrap();
+            (x.parse().unwrap(), y.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The lowest and highest y of `points` (y grows downwards).
+fn span(points: &[(i32, i32)]) -> (i32, i32) {
+    let ys = points.iter().map(|p| p.1);
+    (ys.clone().min().unwrap(), ys.max().unwrap())
+}
+
+/// The content of each `<text>` of `svg`, in order.
+fn texts(svg: &str) -> Vec<&str> {
+    svg.split("<text ")
+        .skip(1)
+        .map(|t| t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()].trim())
+        .collect()
+}
+
+/// (stroke, points) of each line of `svg`.
+fn lines(svg: &str) -> Vec<(&str, Vec<(i32, i32)>)> {
+    elements(svg, "polyline")
+        .into_iter()
+        .map(|l| (attr(l, "stroke"), points(l)))
+        .collect()
+}
+
+/// Where the upper panel ends: the foot of the demand's grey area.
+fn upper_foot(svg: &str) -> i32 {
+    let areas: Vec<_> = elements(svg, "polygon")
+        .into_iter()
+        .filter(|p| attr(p, "fill") == DEMAND_GREY)
+        .collect();
+    assert_eq!(areas.len(), 1, "one demand area");
+    span(&points(areas[0])).1
+}
+
+/// The policies' lines (colour, points) in the upper and in the lower panel, in drawing order.
+type Lines<'a> = Vec<(&'a str, Vec<(i32, i32)>)>;
+fn policy_lines(svg: &str) -> (Lines<'_>, Lines<'_>) {
+    let foot = upper_foot(svg);
+    lines(svg)
+        .into_iter()
+        .filter(|(stroke, points)| points.len() >= 3 && ![DEMAND_GREY, INK].contains(stroke))
+        .partition(|(_, points)| span(points).1 <= foot)
 }
 
 #[test]
@@ -248,58 +299,89 @@ fn the_plot_is_well_formed_svg_in_two_panels_on_one_time_axis() {
     let picture = compared_plot("web on spike.csv");
     well_formed(&picture).unwrap();
     assert!(picture.starts_with("<svg"), "{picture:.100}");
-    assert_eq!(picture.matches(r#"<g class="panel""#).count(), 2);
-    let (upper, lower) = (panel(&picture, "demand"), panel(&picture, "instances"));
+    let words = texts(&picture);
+    for label in [
+        "demand (MiB)",
+        "utilization of ready instances (%)",
+        "threshold 60 %",
+        "instances",
+        "ideal instances",
+    ] {
+        assert!(words.contains(&label), "{label} in {words:?}");
+    }
+    // Three lines (one per policy) in each panel, the demand's above the instances'.
+    let foot = upper_foot(&picture);
+    let (upper, lower) = policy_lines(&picture);
+    assert_eq!((upper.len(), lower.len()), (3, 3));
     assert!(
-        picture.find(upper).unwrap() < picture.find(lower).unwrap(),
-        "demand above"
+        lower.iter().all(|(_, p)| span(p).0 > foot),
+        "instances below"
     );
-    assert!(upper.contains("demand (MiB)") && upper.contains(r#"class="demand""#));
-    assert!(upper.contains("utilization of ready instances (%)"));
-    assert!(upper.contains("threshold 60 %"));
-    assert!(lower.contains(">instances<") && lower.contains(r#"class="ideal""#));
+    // The ideal count is drawn in the lower panel.
+    let ideal: Vec<_> = lines(&picture)
+        .into_iter()
+        .filter(|(stroke, p)| *stroke == INK && p.len() >= 3)
+        .collect();
+    assert_eq!(ideal.len(), 1);
+    assert!(span(&ideal[0].1).0 > foot);
     // The time axis is named once, under the lower panel.
-    assert_eq!(picture.matches("time (s)").count(), 1);
-    assert!(lower.contains("time (s)"));
+    let named: Vec<_> = words.iter().filter(|w| w.starts_with("time (")).collect();
+    assert_eq!(named, [&"time (s)"]);
+    let time = elements(&picture, "text")
+        .into_iter()
+        .zip(&words)
+        .find(|(_, w)| w.starts_with("time ("))
+        .map(|(t, _)| attr(t, "y").parse::<i32>().unwrap())
+        .unwrap();
+    let bottom = lower.iter().map(|(_, p)| span(p).1).max().unwrap();
+    assert!(time > bottom, "the time axis under the instances");
 }
 
 #[test]
 fn each_policy_has_one_colour_in_both_panels_and_in_the_legend() {
     let picture = compared_plot("web on spike.csv");
-    let upper = policy_lines(panel(&picture, "demand"));
-    let lower = policy_lines(panel(&picture, "instances"));
-    let names: Vec<&str> = upper.iter().map(|(p, _)| *p).collect();
-    assert_eq!(names, ["default", "kubernetes", "step"]);
-    assert_eq!(upper, lower);
-    let mut colours: Vec<&str> = upper.iter().map(|(_, c)| *c).collect();
-    colours.dedup();
-    assert_eq!(colours.len(), 3, "{colours:?}");
-    let legend = &picture[picture.find(r#"<g class="legend">"#).unwrap()..];
-    for ((policy, colour), label) in upper
+    let (upper, lower) = policy_lines(&picture);
+    let colours: Vec<&str> = upper.iter().map(|(c, _)| *c).collect();
+    let below: Vec<&str> = lower.iter().map(|(c, _)| *c).collect();
+    assert_eq!(colours, below);
+    let mut distinct = colours.clone();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "{colours:?}");
+    // The legend names the policies in the order of the runs; its swatches follow its labels.
+    let words = texts(&picture);
+    let entries: Vec<&str> = words
         .iter()
-        .zip(["default (adaptive)", "kubernetes", "step"])
-    {
-        let entry = legend
-            .lines()
-            .position(|l| l.contains(&format!(">{label}: cost ")))
-            .unwrap_or_else(|| panic!("{policy} is not in the legend"));
-        let swatch = legend.lines().nth(entry - 1).unwrap();
-        assert_eq!(attr(swatch, "stroke"), *colour, "{policy}");
-    }
+        .filter_map(|w| w.split_once(": cost ").map(|(p, _)| p))
+        .collect();
+    assert_eq!(entries, ["default (adaptive)", "kubernetes", "step"]);
+    let after = &picture[picture.find("step: cost ").unwrap()..];
+    let swatches: Vec<&str> = lines(after).iter().take(3).map(|(c, _)| *c).collect();
+    assert_eq!(swatches, colours);
+    // So do the demand's and the ideal count's, in their own column.
+    let after = &picture[picture.find(">\nideal instances").unwrap()..];
+    let others: Vec<&str> = lines(after).iter().take(2).map(|(c, _)| *c).collect();
+    assert_eq!(others, [DEMAND_GREY, INK]);
 }
 
 #[test]
 fn the_instances_panel_draws_min_and_max() {
     let picture = compared_plot("web on spike.csv");
-    let lower = panel(&picture, "instances");
-    for (bound, label) in [("min", ">min 1<"), ("max", ">max 10<")] {
-        assert!(
-            lower.contains(&format!(r#"data-bound="{bound}""#)),
-            "{bound}"
-        );
-        assert!(lower.contains(label), "{label}");
-    }
-    assert!(!panel(&picture, "demand").contains("data-bound"));
+    let words = texts(&picture);
+    assert!(
+        words.contains(&"min 1") && words.contains(&"max 10"),
+        "{words:?}"
+    );
+    // Two dashed lines (drawn as many short strokes), both in the lower panel, max above min.
+    let foot = upper_foot(&picture);
+    let mut heights: Vec<i32> = lines(&picture)
+        .into_iter()
+        .filter(|(stroke, _)| *stroke == "#666666")
+        .map(|(_, p)| span(&p).0)
+        .collect();
+    heights.dedup();
+    assert_eq!(heights.len(), 2, "{heights:?}");
+    assert!(heights.iter().all(|y| *y > foot));
+    assert!(heights[1] < heights[0], "max above min");
 }
 
 #[test]
@@ -316,8 +398,10 @@ fn the_plot_stays_well_formed_with_markup_in_its_title_and_without_runs() {
     };
     let empty = svg(&plot, &[]);
     well_formed(&empty).unwrap();
-    assert_eq!(empty.matches(r#"<g class="panel""#).count(), 2);
-    assert!(empty.contains(">min, max 2<"));
+    let words = texts(&empty);
+    for label in ["demand (MiB)", "instances", "time (s)", "min, max 2"] {
+        assert!(words.contains(&label), "{label} in {words:?}");
+    }
     assert!(well_formed("<svg><g></svg>").is_err());
     assert!(well_formed(r#"<svg a="1" a="2"/>"#).is_err());
     assert!(well_formed("<svg>a & b</svg>").is_err());
@@ -325,37 +409,47 @@ fn the_plot_stays_well_formed_with_markup_in_its_title_and_without_runs() {
 
 #[test]
 fn a_long_run_is_thinned_to_what_the_panel_can_show() {
-    use super::draw::{step_path, Scale};
-    // A count that changes every second for 30 days, on 850 pixels.
-    let n = 30 * 24 * 3600;
-    let x = Scale {
-        lo: 0.0,
-        hi: n as f64,
-        from: 0.0,
-        to: 850.0,
+    // A count that changes every second for 30 days, between min 0 and max 6.
+    let timeline: Vec<Second> = (0..30 * 24 * 3600)
+        .map(|t| Second {
+            t,
+            demand_mib: (t % 5) as f64,
+            instances: (t % 7) as u32,
+            ideal: 3,
+            utilization: 50.0,
+        })
+        .collect();
+    let run = Run {
+        scores: Scores {
+            policy: "step".into(),
+            overload_s: 0,
+            oom_s: 0,
+            waste_instance_s: 0,
+            churn: 0,
+            flips: 0,
+            peak: 6,
+            cost: 0.0,
+        },
+        timeline,
     };
-    let y = Scale {
-        lo: 0.0,
-        hi: 10.0,
-        from: 100.0,
-        to: 0.0,
+    let plot = Plot {
+        title: "30 days",
+        policy: "adaptive",
+        threshold: 60.0,
+        min: 0,
+        max: 6,
     };
-    let d = step_path((0..n).map(|t| (t % 7) as f64), &x, &y, 0.0);
-    assert!(d.len() < 40_000, "{} characters", d.len());
-    // Each column still spans the full range: 0 and 6 are both drawn.
-    assert!(d.contains("V100") && d.contains("V40"), "{d:.200}");
-    // Held values are one horizontal stroke each.
-    assert_eq!(
-        step_path([1.0, 1.0, 2.0, 2.0], &x_of(4.0), &y, 0.0),
-        "M0 90H2V80H4"
-    );
-}
-
-fn x_of(seconds: f64) -> super::draw::Scale {
-    super::draw::Scale {
-        lo: 0.0,
-        hi: seconds,
-        from: 0.0,
-        to: seconds,
-    }
+    let picture = svg(&plot, &[run]);
+    assert!(picture.len() < 150_000, "{} bytes", picture.len());
+    well_formed(&picture).unwrap();
+    assert!(texts(&picture).contains(&"time (days)"));
+    // Each column of the instances still spans the full range: 0 and 6 are both drawn.
+    let (_, lower) = policy_lines(&picture);
+    let bounds: Vec<i32> = lines(&picture)
+        .into_iter()
+        .filter(|(stroke, _)| *stroke == "#666666")
+        .map(|(_, p)| span(&p).0)
+        .collect();
+    let (top, bottom) = (*bounds.iter().min().unwrap(), *bounds.iter().max().unwrap());
+    assert_eq!(span(&lower[0].1), (top, bottom));
 }
