@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::{plot, simulate, table, LoadModel, SimPolicy, Trace};
+use super::{simulate, svg, table, LoadModel, Plot, SimPolicy, Trace};
 use crate::config::{self, DEFAULT_PATH};
 
 /// `incus-hpa simulate`: see [`crate::simulate`] for the load model and the scores.
@@ -146,7 +146,15 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
         );
-        plot(path, &title, threshold, &runs)?;
+        let plot = Plot {
+            title: &title,
+            policy: spec.policy.as_str(),
+            threshold,
+            min: spec.min,
+            max: spec.max,
+        };
+        std::fs::write(path, svg(&plot, &runs))
+            .map_err(|e| format!("{}: cannot write the plot: {e}", path.display()))?;
     }
     Ok(())
 }

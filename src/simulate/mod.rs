@@ -25,7 +25,7 @@ use crate::decide::{decide, History};
 use crate::model::{
     Action, GroupSpec, InstanceStatus, Memory, Observation, ObservedInstance, Policy,
 };
-pub use plot::plot;
+pub use plot::{svg, Plot};
 pub use trace::{Trace, TraceError, MAX_TRACE_ROWS, MAX_TRACE_SECONDS};
 
 const MIB: f64 = 1024.0 * 1024.0;
