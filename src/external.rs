@@ -1,0 +1,400 @@
+//! The external signal's runner: a program of the operator's (`[[groups.NAME.external]]`)
+//! that prints one number, the load a group scales on.
+//!
+//! [`check_program`] is the config parser's rule for the program (root's file, in root's
+//! directories, like the desired-state file itself); [`read`] runs it once, bounded in time and
+//! output, and returns its number or an [`ExternalError`]; [`Said`] remembers which errors were
+//! logged so that each is logged once, and [`Cache`] holds the last reading of each signal so
+//! that a program runs at most once per interval. Nothing here decides: `decide` turns the
+//! value into a count.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rustix::process::{kill_process_group, Pid, Signal};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::time::Instant;
+
+use crate::config::check_permissions;
+use crate::model::{ExternalSpec, GroupName};
+use crate::text::printable;
+
+/// The whole environment a program gets: nothing of the daemon's is inherited.
+pub const ENVIRONMENT: [(&str, &str); 2] = [
+    ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+    ("LANG", "C.UTF-8"),
+];
+
+/// Bytes kept of stdout and of stderr each; the rest is read and thrown away, so that the
+/// program never blocks on a full pipe.
+pub const KEPT: usize = 4096;
+
+/// Characters of stdout quoted in [`ExternalError::NotANumber`].
+const STDOUT_EXCERPT: usize = 64;
+/// Characters of stderr quoted in [`ExternalError::Exit`].
+const STDERR_EXCERPT: usize = 200;
+/// Lines of stderr quoted in [`ExternalError::Exit`] (the first non-empty ones).
+const STDERR_LINES: usize = 3;
+
+/// Checks the program of an external signal (`command[0]`) for the config parser: an absolute
+/// path to a regular file that root owns, that nobody else can write and that someone may
+/// execute, through directories that root owns and nobody else can write (sticky directories
+/// excepted), symlinks followed only when root owns them. It is the desired-state file's rule
+/// ([`check_permissions`]), trusting root only, not the daemon's user: the daemon runs the
+/// program with its own rights (it is in `incus-admin`), so whoever can change the program is
+/// root on the host. Once this passes, only root can change what the path names, so the check
+/// holds until root changes something. The error names what is wrong and the fix.
+pub fn check_program(path: &str) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err(format!(
+            "the program {:?} is not an absolute path: name it from / (such as \
+             /usr/local/bin/queue-depth); it is not looked up in PATH",
+            printable(path)
+        ));
+    }
+    check_permissions(Path::new(path), 0)?;
+    // Passed: a regular file, so its metadata can be read (following root's symlinks).
+    let mode = std::fs::metadata(path)
+        .map_err(|e| format!("cannot stat {path}: {e}"))
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))?;
+    if mode & 0o111 == 0 {
+        return Err(format!(
+            "{path} is not executable: refusing it (chmod 755 {path})"
+        ));
+    }
+    Ok(())
+}
+
+/// How a program ended when it did not exit with 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+}
+
+impl fmt::Display for Ended {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ended::Code(code) => write!(f, "exited with code {code}"),
+            Ended::Signal(signal) => write!(f, "was killed by signal {signal}"),
+        }
+    }
+}
+
+/// Why an external signal has no reading this time. The messages are for the journal, after
+/// "external signal N of group G: ".
+#[derive(Debug, thiserror::Error)]
+pub enum ExternalError {
+    /// The program could not be started (missing, not executable, no memory...).
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+    /// It did not finish (and close its output) in time: it and its process group were killed.
+    #[error(
+        "no answer within {}: killed it and every process it started",
+        humantime::format_duration(*after)
+    )]
+    Timeout { after: Duration },
+    /// It ended otherwise than by exiting with 0 (whatever it printed).
+    #[error("{ended}{}", said(stderr))]
+    Exit {
+        ended: Ended,
+        /// The first lines of its stderr, made printable and cut short (empty: nothing).
+        stderr: String,
+    },
+    /// Its stdout, trimmed, is not one finite number (see [`read`]).
+    #[error("printed {}, not one number", quoted(stdout))]
+    NotANumber {
+        /// The start of its stdout, trimmed, made printable and cut short.
+        stdout: String,
+    },
+    /// It printed a number below 0.
+    #[error("printed {value}, a negative number (a load is 0 or more)")]
+    Negative { value: f64 },
+}
+
+fn said(stderr: &str) -> String {
+    if stderr.is_empty() {
+        " (nothing on stderr)".into()
+    } else {
+        format!(": {stderr}")
+    }
+}
+
+fn quoted(stdout: &str) -> String {
+    if stdout.is_empty() {
+        "nothing".into()
+    } else {
+        format!("\"{stdout}\"")
+    }
+}
+
+/// Runs `spec.command` once and returns the number it printed.
+///
+/// The program is run directly (no shell), as the daemon's user, from `/`, with stdin from
+/// `/dev/null` and only [`ENVIRONMENT`], in a process group of its own. Unless it has exited
+/// and closed stdout and stderr within `spec.timeout`, the whole group is killed (a script's
+/// children too) and the error is [`ExternalError::Timeout`]; the same happens when the
+/// returned future is dropped before it is done. Processes it leaves behind after exiting,
+/// their output redirected elsewhere, are its own business. At most [`KEPT`] bytes of each of
+/// stdout and stderr are kept. When it exits with 0, the answer is its stdout without leading
+/// and trailing whitespace: one finite number, 0 or more, as Rust's `f64` parser reads it
+/// (`42`, `3.5`, `.5`, `+7`, `1e3`); not `inf`, `nan`, units, `1_000`, `1,5` or two numbers.
+pub async fn read(spec: &ExternalSpec) -> Result<f64, ExternalError> {
+    let (status, stdout, stderr) = run(&spec.command, spec.timeout).await?;
+    let ended = match (status.code(), status.signal()) {
+        (Some(0), _) => return parse(&stdout),
+        (Some(code), _) => Ended::Code(code),
+        (None, Some(signal)) => Ended::Signal(signal),
+        // Neither: not on Linux (stopped or continued are not reported by wait).
+        (None, None) => Ended::Code(-1),
+    };
+    Err(ExternalError::Exit {
+        ended,
+        stderr: stderr_excerpt(&stderr.kept),
+    })
+}
+
+/// What was read of one of the program's pipes.
+#[derive(Debug, Default)]
+struct Captured {
+    /// The first [`KEPT`] bytes.
+    kept: Vec<u8>,
+    /// Whether more came after them (read and thrown away).
+    more: bool,
+}
+
+/// Runs the program to its end (see [`read`]): its exit status, stdout and stderr.
+async fn run(
+    command: &[String],
+    timeout: Duration,
+) -> Result<(std::process::ExitStatus, Captured, Captured), ExternalError> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(ExternalError::Spawn {
+            program: "(no program)".into(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "the command is empty"),
+        });
+    };
+    let spawn_error = |source| ExternalError::Spawn {
+        program: printable(program).into_owned(),
+        source,
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(ENVIRONMENT)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0)
+        .spawn()
+        .map_err(spawn_error)?;
+    // Declared after `child`, so dropped before it: the group is killed while its leader is
+    // not yet reaped (its pid, the group's id, cannot have been reused).
+    let mut group = GroupKiller::new(child.id());
+    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(spawn_error(io::Error::other("no pipe to the program")));
+    };
+    let finished = tokio::time::timeout(timeout, async {
+        let (out, err) = tokio::join!(capture(out), capture(err));
+        (child.wait().await, out, err)
+    })
+    .await;
+    match finished {
+        Ok((Ok(status), out, err)) => {
+            // Reaped: its pid may be reused from now on.
+            group.disarm();
+            Ok((status, out, err))
+        }
+        Ok((Err(e), _, _)) => Err(spawn_error(e)),
+        Err(_elapsed) => {
+            drop(group);
+            // Killed with its group just now: this only reaps it.
+            let _ = child.kill().await;
+            Err(ExternalError::Timeout { after: timeout })
+        }
+    }
+}
+
+/// Kills a process group when dropped, unless disarmed once its leader was reaped.
+struct GroupKiller(Option<Pid>);
+
+impl GroupKiller {
+    fn new(leader: Option<u32>) -> Self {
+        Self(leader.and_then(|pid| Pid::from_raw(i32::try_from(pid).ok()?)))
+    }
+
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            // ESRCH: the whole group is gone already.
+            let _ = kill_process_group(pgid, Signal::KILL);
+        }
+    }
+}
+
+/// Reads `pipe` to its end, keeping the first [`KEPT`] bytes. A read error ends it like the
+/// end of the pipe (the exit status still tells how the program ended).
+async fn capture(mut pipe: impl AsyncRead + Unpin) -> Captured {
+    let mut captured = Captured::default();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let room = KEPT - captured.kept.len();
+        captured.kept.extend_from_slice(&buf[..n.min(room)]);
+        captured.more |= n > room;
+    }
+    captured
+}
+
+/// The number a program printed: its stdout without leading and trailing whitespace must be one
+/// finite number as Rust's `f64` parser reads it (`42`, `3.5`, `.5`, `+7`, `1e3`, `2.5E-1`),
+/// 0 or more. Refused: nothing, two numbers, units (`42ms`), `1_000`, `1,5`, hexadecimal,
+/// `inf`, `nan`, and any stdout longer than [`KEPT`] bytes. `-0` reads as 0.
+fn parse(stdout: &Captured) -> Result<f64, ExternalError> {
+    let text = String::from_utf8_lossy(&stdout.kept);
+    let trimmed = text.trim();
+    let value = match trimmed.parse::<f64>() {
+        Ok(v) if v.is_finite() && !stdout.more => v,
+        _ => {
+            let mut excerpt = cut(trimmed, STDOUT_EXCERPT);
+            if stdout.more && excerpt.len() == trimmed.len() {
+                excerpt.push('…');
+            }
+            return Err(ExternalError::NotANumber {
+                stdout: printable(&excerpt).into_owned(),
+            });
+        }
+    };
+    if value < 0.0 {
+        return Err(ExternalError::Negative { value });
+    }
+    // -0 + 0 is 0.
+    Ok(value + 0.0)
+}
+
+/// The first non-empty lines of stderr, one line, printable and cut short.
+fn stderr_excerpt(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(STDERR_LINES)
+        .collect();
+    printable(&cut(&lines.join(" / "), STDERR_EXCERPT)).into_owned()
+}
+
+/// `text` cut to `max` characters, with '…' when something was cut.
+fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// Which external signal: its group and its index among the group's `external` entries.
+pub type Key = (GroupName, usize);
+
+/// Which errors were logged, so that each is logged once: again only when it reads
+/// differently, and a recovery only after an error. The reconciler logs "external signal N of
+/// group G: <error>" when [`Said::failed`] says so, and a recovery when [`Said::succeeded`] does.
+#[derive(Debug, Default)]
+pub struct Said {
+    last: HashMap<Key, String>,
+}
+
+impl Said {
+    /// Records that `key` failed with `error` (its `Display` text); `true` when that is worth
+    /// logging: the first failure, or one that reads differently from the one before.
+    pub fn failed(&mut self, key: &Key, error: &str) -> bool {
+        match self.last.get_mut(key) {
+            Some(last) if last == error => false,
+            Some(last) => {
+                error.clone_into(last);
+                true
+            }
+            None => {
+                self.last.insert(key.clone(), error.to_owned());
+                true
+            }
+        }
+    }
+
+    /// Records that `key` gave a reading; `true` when that is worth logging: it had failed.
+    pub fn succeeded(&mut self, key: &Key) -> bool {
+        self.last.remove(key).is_some()
+    }
+
+    /// Forgets the signals `keep` says no longer exist (after a reload).
+    pub fn retain(&mut self, mut keep: impl FnMut(&Key) -> bool) {
+        self.last.retain(|k, _| keep(k));
+    }
+}
+
+/// The last run of each signal, so that its program runs at most once per interval however
+/// often its group is reconciled (events, reloads, requeues).
+///
+/// The caller takes `now` once, before the run:
+/// ```ignore
+/// let value = match cache.fresh(&key, now, interval) {
+///     Some(last) => last,                 // ran less than `interval` ago: not again
+///     None => {
+///         let value = external::read(spec).await; // log the error through `Said`
+///         cache.put(key, now, value.as_ref().ok().copied());
+///         value.ok()
+///     }
+/// };
+/// ```
+/// A failed run counts as a run (`Some(None)`): a broken program is not retried on every
+/// event. One group is reconciled at a time, so two runs of one signal cannot race.
+#[derive(Debug, Default)]
+pub struct Cache {
+    taken: HashMap<Key, (Instant, Option<f64>)>,
+}
+
+impl Cache {
+    /// The last run's outcome (`Some(value)`, or `None` when it failed) if it started less
+    /// than `interval` before `now`; `None` when the program is due to run.
+    pub fn fresh(&self, key: &Key, now: Instant, interval: Duration) -> Option<Option<f64>> {
+        let (at, value) = self.taken.get(key)?;
+        (now.saturating_duration_since(*at) < interval).then_some(*value)
+    }
+
+    /// Records a run of `key` started at `now`: its value, or `None` when it failed.
+    pub fn put(&mut self, key: Key, now: Instant, value: Option<f64>) {
+        self.taken.insert(key, (now, value));
+    }
+
+    /// Forgets the signals `keep` says no longer exist (after a reload).
+    pub fn retain(&mut self, mut keep: impl FnMut(&Key) -> bool) {
+        self.taken.retain(|k, _| keep(k));
+    }
+}
+
+#[cfg(test)]
+#[path = "external_tests.rs"]
+mod tests;
