@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -21,7 +20,6 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::config::check_permissions;
 use crate::model::{ExternalSpec, GroupName};
 use crate::text::printable;
 
@@ -42,34 +40,7 @@ const STDERR_EXCERPT: usize = 200;
 /// Lines of stderr quoted in [`ExternalError::Exit`] (the first non-empty ones).
 const STDERR_LINES: usize = 3;
 
-/// Checks the program of an external signal (`command[0]`) for the config parser: an absolute
-/// path to a regular file that root owns, that nobody else can write and that someone may
-/// execute, through directories that root owns and nobody else can write (sticky directories
-/// excepted), symlinks followed only when root owns them. It is the desired-state file's rule
-/// ([`check_permissions`]), trusting root only, not the daemon's user: the daemon runs the
-/// program with its own rights (it is in `incus-admin`), so whoever can change the program is
-/// root on the host. Once this passes, only root can change what the path names, so the check
-/// holds until root changes something. The error names what is wrong and the fix.
-pub fn check_program(path: &str) -> Result<(), String> {
-    if !path.starts_with('/') {
-        return Err(format!(
-            "the program {:?} is not an absolute path: name it from / (such as \
-             /usr/local/bin/queue-depth); it is not looked up in PATH",
-            printable(path)
-        ));
-    }
-    check_permissions(Path::new(path), 0)?;
-    // Passed: a regular file, so its metadata can be read (following root's symlinks).
-    let mode = std::fs::metadata(path)
-        .map_err(|e| format!("cannot stat {path}: {e}"))
-        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))?;
-    if mode & 0o111 == 0 {
-        return Err(format!(
-            "{path} is not executable: refusing it (chmod 755 {path})"
-        ));
-    }
-    Ok(())
-}
+pub use crate::config::signals::check_program;
 
 /// How a program ended when it did not exit with 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,6 +19,7 @@ pub(super) fn group(
     name: GroupName,
     mut t: Fields,
     interval: Duration,
+    check_files: bool,
 ) -> Option<GroupSpec> {
     let before = c.diagnostics.len();
     let min = t.count(c, "min");
@@ -179,7 +180,7 @@ pub(super) fn group(
         }
     }
     let config = config.unwrap_or_default();
-    let signals = signals::read(c, &mut t, &config);
+    let signals = signals::read(c, &mut t, &config, check_files);
     let profiles = profiles.map_or_else(|| vec!["default".to_owned()], |(p, _)| p);
     if !config.contains_key("limits.memory") {
         c.warning(

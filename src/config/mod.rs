@@ -149,7 +149,9 @@ fn parse_with(file: &Path, text: &str, check_files: bool) -> Result<Loaded, Conf
                         continue;
                     };
                     let fields = Fields::new(table, &key, name.span());
-                    if let Some(spec) = group::group(&mut c, g.clone(), fields, daemon.interval) {
+                    if let Some(spec) =
+                        group::group(&mut c, g.clone(), fields, daemon.interval, check_files)
+                    {
                         groups.insert(g, spec);
                     }
                 }

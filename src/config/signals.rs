@@ -58,7 +58,13 @@ fn tolerance(c: &mut Collector, t: &mut Fields, key: &str) -> Option<f64> {
 }
 
 /// Reads the signal keys of the group `t`, whose instance config is `config`.
-pub fn read(c: &mut Collector, t: &mut Fields, config: &BTreeMap<String, String>) -> Signals {
+/// With `check_files`, an external program's file is checked too (see [`check_program`]).
+pub fn read(
+    c: &mut Collector,
+    t: &mut Fields,
+    config: &BTreeMap<String, String>,
+    check_files: bool,
+) -> Signals {
     let memory_threshold = percent(
         c,
         t,
@@ -83,7 +89,7 @@ pub fn read(c: &mut Collector, t: &mut Fields, config: &BTreeMap<String, String>
     let external: Vec<ExternalSpec> = t
         .tables(c, "external")
         .into_iter()
-        .filter_map(|e| external(c, e))
+        .filter_map(|e| external(c, e, check_files))
         .collect();
     let schedule: Vec<ScheduleSpec> = t
         .tables(c, "schedule")
@@ -132,7 +138,7 @@ pub fn read(c: &mut Collector, t: &mut Fields, config: &BTreeMap<String, String>
     }
 }
 
-fn external(c: &mut Collector, mut t: Fields) -> Option<ExternalSpec> {
+fn external(c: &mut Collector, mut t: Fields, check_files: bool) -> Option<ExternalSpec> {
     let command = t.strings(c, "command");
     let command = t.required(c, "command", command);
     let target = t.number(c, "target");
@@ -153,7 +159,12 @@ fn external(c: &mut Collector, mut t: Fields) -> Option<ExternalSpec> {
                 "must name a program, e.g. [\"/usr/local/bin/queue-depth\", \"jobs\"]",
             ),
             Some(program) => {
-                if let Err(e) = check_program(program) {
+                let checked = if check_files {
+                    check_program(program)
+                } else {
+                    absolute(program)
+                };
+                if let Err(e) = checked {
                     c.error(Some(span.clone()), &command_key, e);
                 }
             }
@@ -176,15 +187,38 @@ fn external(c: &mut Collector, mut t: Fields) -> Option<ExternalSpec> {
     })
 }
 
-/// The program of an external signal: an absolute path (the ownership of the file is checked
-/// when it runs, where the daemon reads it).
-fn check_program(program: &str) -> Result<(), String> {
-    if program.starts_with('/') {
+/// Checks the program of an external signal (`command[0]`) for the config parser: an absolute
+/// path to a regular file that root owns, that nobody else can write and that someone may
+/// execute, through directories that root owns and nobody else can write (sticky directories
+/// excepted), symlinks followed only when root owns them. It is the desired-state file's rule
+/// ([`check_permissions`]), trusting root only, not the daemon's user: the daemon runs the
+/// program with its own rights (it is in `incus-admin`), so whoever can change the program is
+/// root on the host. Once this passes, only root can change what the path names, so the check
+/// holds until root changes something. The error names what is wrong and the fix.
+pub fn check_program(path: &str) -> Result<(), String> {
+    absolute(path)?;
+    super::check_permissions(std::path::Path::new(path), 0)?;
+    // Passed: a regular file, so its metadata can be read (following root's symlinks).
+    let mode = std::fs::metadata(path)
+        .map_err(|e| format!("cannot stat {path}: {e}"))
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))?;
+    if mode & 0o111 == 0 {
+        return Err(format!(
+            "{path} is not executable: refusing it (chmod 755 {path})"
+        ));
+    }
+    Ok(())
+}
+
+/// The part of [`check_program`] that reads no file: an absolute path.
+fn absolute(path: &str) -> Result<(), String> {
+    if path.starts_with('/') {
         Ok(())
     } else {
         Err(format!(
-            "{program:?} is not an absolute path: the program is run directly, without a shell \
-             or PATH"
+            "the program {:?} is not an absolute path: name it from / (such as \
+             /usr/local/bin/queue-depth); it is not looked up in PATH",
+            crate::text::printable(path)
         ))
     }
 }

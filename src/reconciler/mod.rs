@@ -69,6 +69,9 @@ struct GroupState {
     done: Option<Instant>,
     /// Foreign instances already reported.
     reported: BTreeSet<String>,
+    /// The external signals' last values (one run per interval) and failures said.
+    external: crate::external::Cache,
+    external_said: crate::external::Said,
 }
 
 impl GroupState {
@@ -83,6 +86,8 @@ impl GroupState {
             last_action: None,
             done: None,
             reported: BTreeSet::new(),
+            external: Default::default(),
+            external_said: Default::default(),
         }
     }
 }
@@ -161,6 +166,10 @@ impl Reconciler {
                 .entry(name.clone())
                 .or_insert_with(|| GroupState::new(spec, now));
             if g.spec != *spec {
+                if g.spec.external != spec.external {
+                    // Values of programs that changed are not theirs any more.
+                    g.external = Default::default();
+                }
                 g.spec = spec.clone();
                 g.next = now;
                 g.failures = 0;

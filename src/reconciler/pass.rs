@@ -54,10 +54,11 @@ pub(super) async fn reconcile(
     resync: Duration,
     parallel: usize,
 ) -> Result<Passed, Failed> {
-    let spec = &g.spec;
-    let obs = observe(ctx.incus.as_ref(), memory, &ctx.store, spec, resync)
+    let mut obs = observe(ctx.incus.as_ref(), memory, &ctx.store, &g.spec, resync)
         .await
         .map_err(|e| (ReconcileError::Observe(e), None, Vec::new()))?;
+    obs.external = external_values(g, now).await;
+    let spec = &g.spec;
     g.reported
         .retain(|n| obs.foreign.iter().any(|f| &f.name == n));
     for f in &obs.foreign {
@@ -177,4 +178,49 @@ pub(super) async fn reconcile(
         Some(summary),
         removed,
     ))
+}
+
+/// The group's external signals: each program's value, run at most once per interval (a value
+/// taken less than an interval ago stands); a failure is said once, until it changes or the
+/// program answers again.
+async fn external_values(g: &mut GroupState, now: Instant) -> Vec<Option<f64>> {
+    let spec = &g.spec;
+    let due: Vec<usize> = (0..spec.external.len())
+        .filter(|&i| {
+            g.external
+                .fresh(&(spec.name.clone(), i), now, spec.interval)
+                .is_none()
+        })
+        .collect();
+    let runs = due
+        .iter()
+        .map(|&i| crate::external::read(&spec.external[i]));
+    let results = futures_util::future::join_all(runs).await;
+    for (&i, result) in due.iter().zip(results) {
+        let key = (spec.name.clone(), i);
+        let program = &spec.external[i].command[0];
+        match &result {
+            Ok(_) => {
+                if g.external_said.succeeded(&key) {
+                    tracing::info!(group = %spec.name, signal = i + 1,
+                        "external signal {} of {} ({program}) answers again", i + 1, spec.name);
+                }
+            }
+            Err(e) => {
+                if g.external_said.failed(&key, &e.to_string()) {
+                    tracing::warn!(group = %spec.name, signal = i + 1, error = %e,
+                        "external signal {} of {} ({program}) has no reading: {e}; it holds the \
+                         count (never lowers it) until the program answers", i + 1, spec.name);
+                }
+            }
+        }
+        g.external.put(key, now, result.ok());
+    }
+    (0..spec.external.len())
+        .map(|i| {
+            g.external
+                .fresh(&(spec.name.clone(), i), now, spec.interval)
+                .flatten()
+        })
+        .collect()
 }

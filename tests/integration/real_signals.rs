@@ -1,0 +1,95 @@
+//! The signals besides memory on the real Incus, each with the daemon as it runs: an external
+//! program's number, a schedule window open now, CPU and pressure.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use crate::lab::*;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_external_command_scales_to_its_quotient_and_back() {
+    let mut lab = Lab::new("ext");
+    let g = lab.group.clone();
+    // A program of root's, in a directory of root's, that prints what a file says.
+    let value = lab.dir.path().join("value");
+    std::fs::write(&value, "0\n").unwrap();
+    let program = lab.dir.path().join("queue-depth");
+    std::fs::write(&program, format!("#!/bin/sh\ncat {}\n", value.display())).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let extra = format!(
+        "[[groups.{g}.external]]\ncommand = [\"{}\"]\ntarget = 10\ntimeout = \"2s\"\n",
+        program.display()
+    );
+    lab.start(&config(&g, 1, 4, &extra));
+    eventually(&lab, "min (1) running", MINUTE, || running(&g) == 1);
+
+    // 25 at 10 per instance: ceil(2.5) = 3.
+    std::fs::write(&value, "25\n").unwrap();
+    eventually(&lab, "3 running for a value of 25", MINUTE, || {
+        running(&g) == 3
+    });
+    assert!(
+        lab.log_count(&["external-above-target"]) > 0,
+        "{}",
+        lab.log()
+    );
+
+    // A program that fails holds the count: no scale-down on a missing reading.
+    std::fs::write(&value, "not a number\n").unwrap();
+    eventually(&lab, "the failure said", MINUTE, || {
+        lab.log_count(&["external signal 1", "has no reading"]) > 0
+    });
+    eventually(
+        &lab,
+        "a decision that holds for want of a reading",
+        MINUTE,
+        || lab.log_count(&["metrics-missing"]) > 0,
+    );
+    assert_eq!(
+        running(&g),
+        3,
+        "scaled down on a missing reading\n{}",
+        lab.log()
+    );
+    assert_eq!(
+        lab.log_count(&["external signal 1", "has no reading"]),
+        1,
+        "said once\n{}",
+        lab.log()
+    );
+
+    // Back to 0: down to min after the scale-down window (6 s).
+    std::fs::write(&value, "0\n").unwrap();
+    eventually(&lab, "back to min", MINUTE, || running(&g) == 1);
+    assert!(lab.log_count(&["answers again"]) > 0, "{}", lab.log());
+}
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_a_program_others_can_write_is_refused_with_its_fix() {
+    let lab = Lab::new("extw");
+    let g = lab.group.clone();
+    let program = lab.dir.path().join("loose");
+    std::fs::write(&program, "#!/bin/sh\necho 1\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let extra = format!(
+        "[[groups.{g}.external]]\ncommand = [\"{}\"]\ntarget = 1\n",
+        program.display()
+    );
+    let file = lab.dir.path().join("desired-state.toml");
+    std::fs::write(&file, config(&g, 1, 2, &extra)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_incus-hpa"))
+        .args(["validate", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("groups.{g}.external[0].command")) && stderr.contains("chmod"),
+        "{stderr}"
+    );
+}
