@@ -26,6 +26,7 @@ pub mod model;
 pub mod observe;
 pub mod reconciler;
 pub mod report;
+pub mod schedule;
 pub mod simulate;
 pub mod systemd;
 pub mod table;
