@@ -255,7 +255,7 @@ fn window(c: &mut Collector, mut t: Fields) -> Option<ScheduleSpec> {
         c.error(Some(span.clone()), &max_key, "must be at least 1");
     }
     let (cron, cron_span): (String, Range<usize>) = cron?;
-    if let Err(e) = check_cron(&cron, timezone.as_ref().map(|(z, _)| z.as_str())) {
+    if let Err(e) = crate::schedule::check(&cron, timezone.as_ref().map(|(z, _)| z.as_str())) {
         c.error(Some(cron_span), &cron_key, e);
         return None;
     }
@@ -266,20 +266,6 @@ fn window(c: &mut Collector, mut t: Fields) -> Option<ScheduleSpec> {
         max: max.map(|(m, _)| m),
         timezone: timezone.map(|(z, _)| z),
     })
-}
-
-/// A five-field cron expression and, if given, a time zone name (checked by the schedule's own
-/// parser once it is in).
-fn check_cron(cron: &str, _timezone: Option<&str>) -> Result<(), String> {
-    let fields = cron.split_whitespace().count();
-    if fields == 5 {
-        Ok(())
-    } else {
-        Err(format!(
-            "{cron:?} has {fields} field(s): write five, minute hour day-of-month month \
-             day-of-week, as in \"0 8 * * 1-5\""
-        ))
-    }
 }
 
 /// Each instance's CPU limit in CPUs, from `limits.cpu` (a count, or a set such as "0-1,4") and

@@ -72,6 +72,29 @@ struct GroupState {
     /// The external signals' last values (one run per interval) and failures said.
     external: crate::external::Cache,
     external_said: crate::external::Said,
+    /// The group's schedule windows, compiled.
+    windows: crate::schedule::Windows,
+}
+
+/// The host's time zone, read once: the zone of schedule windows that name none (UTC, said
+/// once, when it cannot be told, as the C library does).
+fn host_zone() -> &'static crate::schedule::Zone {
+    static HOST: std::sync::OnceLock<crate::schedule::Zone> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        crate::schedule::Zone::host().unwrap_or_else(|e| {
+            tracing::warn!("{e}: schedule windows without a timezone are read in UTC");
+            crate::schedule::Zone::UTC
+        })
+    })
+}
+
+/// A group's schedule windows (none when they cannot be compiled, which the parser's check
+/// of each expression and zone rules out; said if it happens anyway).
+fn windows(spec: &GroupSpec) -> crate::schedule::Windows {
+    crate::schedule::Windows::new(&spec.schedule, host_zone()).unwrap_or_else(|e| {
+        tracing::error!(group = %spec.name, "{e}: the group's schedule is ignored");
+        crate::schedule::Windows::new(&[], host_zone()).expect("no window")
+    })
 }
 
 impl GroupState {
@@ -88,6 +111,7 @@ impl GroupState {
             reported: BTreeSet::new(),
             external: Default::default(),
             external_said: Default::default(),
+            windows: windows(spec),
         }
     }
 }
@@ -169,6 +193,9 @@ impl Reconciler {
                 if g.spec.external != spec.external {
                     // Values of programs that changed are not theirs any more.
                     g.external = Default::default();
+                }
+                if g.spec.schedule != spec.schedule {
+                    g.windows = windows(spec);
                 }
                 g.spec = spec.clone();
                 g.next = now;

@@ -12,7 +12,7 @@ use crate::control::LastAction;
 use crate::decide::decide;
 use crate::incus::IncusError;
 use crate::memory::MemorySource;
-use crate::model::Summary;
+use crate::model::{Summary, Window};
 use crate::observe::observe;
 use crate::report;
 
@@ -58,6 +58,18 @@ pub(super) async fn reconcile(
         .await
         .map_err(|e| (ReconcileError::Observe(e), None, Vec::new()))?;
     obs.external = external_values(g, now).await;
+    // Schedule windows follow the wall clock; the pass is due again when one opens or closes.
+    let wall = std::time::SystemTime::now();
+    let bounds = g.windows.at(wall);
+    if !bounds.open.is_empty() {
+        obs.window = Some(Window {
+            min: bounds.min,
+            max: bounds.max,
+        });
+    }
+    let window_change = bounds
+        .next_change
+        .map(|t| t.duration_since(wall).unwrap_or(Duration::ZERO));
     let spec = &g.spec;
     g.reported
         .retain(|n| obs.foreign.iter().any(|f| &f.name == n));
@@ -100,7 +112,7 @@ pub(super) async fn reconcile(
         standby: standby.clone(),
     };
     if standby.is_some() || plan.actions.is_empty() {
-        return Ok((summary, plan.requeue_in, Vec::new()));
+        return Ok((summary, sooner(plan.requeue_in, window_change), Vec::new()));
     }
     let (project, group) = (spec.project.as_str(), spec.name.as_str());
     let fence = || ctx.leases.holds(project, group);
@@ -117,7 +129,7 @@ pub(super) async fn reconcile(
     )
     .await;
     let done = Instant::now();
-    let mut requeue_in = plan.requeue_in;
+    let mut requeue_in = sooner(plan.requeue_in, window_change);
     if applied.fenced > 0 {
         tracing::warn!(
             group,
@@ -223,4 +235,12 @@ async fn external_values(g: &mut GroupState, now: Instant) -> Vec<Option<f64>> {
                 .flatten()
         })
         .collect()
+}
+
+/// The sooner of two optional delays.
+fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }

@@ -93,3 +93,22 @@ fn real_a_program_others_can_write_is_refused_with_its_fix() {
         "{stderr}"
     );
 }
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_a_schedule_window_open_now_raises_the_group_to_its_min() {
+    let mut lab = Lab::new("sched");
+    let g = lab.group.clone();
+    // Opens every minute for two: open whenever the daemon looks.
+    let open = format!(
+        "[[groups.{g}.schedule]]\ncron = \"* * * * *\"\nduration = \"2m\"\nmin = 3\ntimezone = \"UTC\"\n"
+    );
+    lab.start(&config(&g, 1, 4, &open));
+    eventually(&lab, "the window's min (3) running", MINUTE, || {
+        running(&g) == 3
+    });
+    assert!(lab.log_count(&["schedule-min"]) > 0, "{}", lab.log());
+    // Without the window, the group's own min: back to 1 after the scale-down window.
+    lab.reload(&config(&g, 1, 4, ""));
+    eventually(&lab, "back to the group's min", MINUTE, || running(&g) == 1);
+}
