@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod decide;
 pub mod events;
 pub mod exposition;
+pub mod headroom;
 pub mod incus;
 pub mod informer;
 pub mod lease;
