@@ -217,6 +217,7 @@ pub struct Telemetry {
     signal_wants: Family<SignalLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     actions: Family<ActionLabels, Counter>,
     errors: Family<GroupLabels, Counter>,
+    headroom_blocked: Family<GroupLabels, Counter>,
     /// Requests to Incus (the client counts them).
     pub requests: Requests,
     /// (Re)connections of the event stream after the first.
@@ -276,6 +277,12 @@ impl Default for Telemetry {
         );
         let errors = Family::default();
         registry.register("reconcile_errors", "Passes that failed", errors.clone());
+        let headroom_blocked = Family::default();
+        registry.register(
+            "headroom_blocked",
+            "Passes that held additions back because a host would have gone below host_reserve",
+            headroom_blocked.clone(),
+        );
         let requests = Requests::default();
         registry.register(
             "incus_requests",
@@ -326,6 +333,7 @@ impl Default for Telemetry {
             signal_wants,
             actions,
             errors,
+            headroom_blocked,
             requests,
             reconnects,
             passes,
@@ -372,6 +380,16 @@ impl Telemetry {
     /// Counts a failed pass.
     pub fn error(&self, group: &str, project: &str) {
         self.errors
+            .get_or_create(&GroupLabels {
+                group: group.into(),
+                project: project.into(),
+            })
+            .inc();
+    }
+
+    /// Counts a pass that held additions back for lack of memory on the hosts.
+    pub fn headroom_blocked(&self, group: &str, project: &str) {
+        self.headroom_blocked
             .get_or_create(&GroupLabels {
                 group: group.into(),
                 project: project.into(),

@@ -22,8 +22,12 @@
 //!   "adaptive"` (the default) the recommendation comes from [`adaptive`] instead, inside the
 //!   same bounds, missing-metric guard and windows.
 //! - **Actions** bring the capacity (healthy and restarting instances) to the desired count.
+//! - **Host headroom** (`headroom`): when the pass read the hosts' memory, the additions
+//!   that would take a host below `[daemon] host_reserve` are held back (`host-headroom`), and
+//!   on a cluster each new instance is placed on a member with room.
 
 pub mod adaptive;
+mod headroom;
 mod health;
 mod history;
 mod ownership;
@@ -140,6 +144,7 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     history.record(spec, now, base, recommendation, desired);
     history.estimates.scaled(spec, now, base, desired);
     let (actions, protected) = actions(spec, &classes, base, capacity, desired, reason);
+    let (actions, headroom) = headroom::cap(spec, obs, actions, healthy);
     if !spec.paused {
         // What step limits count: instances brought in (replacements too: a step is about
         // how fast the group changes) and instances taken out of service.
@@ -156,6 +161,12 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     // A scale-down that protected instances cut short says so.
     let reason = if protected > 0 {
         Reason::Protected
+    } else {
+        reason
+    };
+    // So does one the hosts' memory held back.
+    let reason = if headroom.as_ref().is_some_and(|h| h.held > 0) {
+        Reason::HostHeadroom
     } else {
         reason
     };
@@ -197,6 +208,7 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         paused: spec.paused,
         notes,
         requeue_in,
+        headroom,
     }
 }
 
@@ -427,7 +439,10 @@ fn actions(
                 name: w.name.clone(),
                 cause,
             },
-            None => Action::Create { cause },
+            None => Action::Create {
+                cause,
+                target: None,
+            },
         });
     }
     actions.extend(removed.into_iter().map(|(name, cause)| Action::Remove {
@@ -447,7 +462,7 @@ fn actions(
                 cause: Cause::WarmPool,
             }),
     );
-    actions.extend((left.len()..size).map(|_| Action::CreateWarm));
+    actions.extend((left.len()..size).map(|_| Action::CreateWarm { target: None }));
     (actions, protected)
 }
 
@@ -495,6 +510,8 @@ fn removal_order(spec: &GroupSpec, a: &ObservedInstance, b: &ObservedInstance) -
 mod adaptive_tests;
 #[cfg(test)]
 mod conformance;
+#[cfg(test)]
+mod headroom_tests;
 #[cfg(test)]
 mod health_tests;
 #[cfg(test)]

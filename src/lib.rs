@@ -16,6 +16,7 @@ pub mod decide;
 pub mod events;
 pub mod exposition;
 pub mod external;
+pub mod headroom;
 pub mod incus;
 pub mod informer;
 pub mod lease;

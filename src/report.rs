@@ -71,6 +71,11 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
             "{d} desired, but {} protected instance(s) ({}=true) cannot be removed: keeping {c}",
             plan.protected, crate::model::PROTECTED_KEY
         ),
+        Reason::HostHeadroom => format!(
+            "{d} desired, but {} addition(s) held back: no room above host_reserve (see the \
+             host-headroom entry)",
+            plan.headroom.as_ref().map_or(0, |h| h.held)
+        ),
     };
     let msg = match plan.reason {
         Reason::WithinTolerance if spec.memory_threshold.is_none() => {

@@ -184,7 +184,7 @@ async fn run(ctx: &Ctx<'_>, action: &Action) -> Outcome {
     let spec = ctx.spec;
     let (kind, instance) = match action {
         Action::Create { .. } => ("create", new_name(&spec.instance_prefix)),
-        Action::CreateWarm => ("create-warm", new_name(&spec.instance_prefix)),
+        Action::CreateWarm { .. } => ("create-warm", new_name(&spec.instance_prefix)),
         Action::Start { name, .. } => ("start", name.clone()),
         Action::Promote { name, .. } => ("promote", name.clone()),
         Action::Remove { name, .. } => ("delete", name.clone()),
@@ -194,8 +194,12 @@ async fn run(ctx: &Ctx<'_>, action: &Action) -> Outcome {
     ctx.store.begin(&spec.project, &instance);
     let t0 = tokio::time::Instant::now();
     let result = match action {
-        Action::Create { .. } => steps::create_as(ctx, &instance, false).await,
-        Action::CreateWarm => steps::create_as(ctx, &instance, true).await,
+        Action::Create { target, .. } => {
+            steps::create_as(ctx, &instance, false, target.as_deref()).await
+        }
+        Action::CreateWarm { target } => {
+            steps::create_as(ctx, &instance, true, target.as_deref()).await
+        }
         Action::Start { .. } => steps::start(ctx, &instance).await.map(|()| Done::Finished),
         Action::Promote { .. } => steps::promote(ctx, &instance)
             .await

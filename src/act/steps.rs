@@ -1,6 +1,7 @@
 //! The steps of each action, against Incus (see the parent module for the rules they keep):
 //!
-//! - create: one request with image, profiles, config, the ownership keys and `start: true`.
+//! - create: one request with image, profiles, config, the ownership keys and `start: true`,
+//!   on the member the decision placed it on (else the group's `target`).
 //!   If Incus reports it failed, what is left of it is removed only when it carries the
 //!   identity given in that very request: an existing instance with the same name (a
 //!   collision) is never touched. A created instance whose identity Incus did not keep is
@@ -52,11 +53,21 @@ fn owned<'i>(
     Ok(inst)
 }
 
-pub(super) async fn create_as(ctx: &Ctx<'_>, name: &str, warm: bool) -> Result<Done, ActError> {
+/// Creates `name` for the group (stopped in the warm pool when `warm`), on the cluster member
+/// `target` when the decision placed it (else where the group's `target` says).
+pub(super) async fn create_as(
+    ctx: &Ctx<'_>,
+    name: &str,
+    warm: bool,
+    target: Option<&str>,
+) -> Result<Done, ActError> {
     // The lease was asked right before (`apply`): a creation is one request.
     let (incus, store, spec) = (ctx.incus, ctx.store, ctx.spec);
     let uuid = super::new_uuid();
-    let req = super::create_request(spec, name, &uuid, warm);
+    let mut req = super::create_request(spec, name, &uuid, warm);
+    if let Some(member) = target {
+        req.target = Some(member.to_owned());
+    }
     let mine = owner_value(&spec.project, name, &uuid);
     let result = incus.create(&spec.project, &req).await;
     let in_doubt = matches!(&result, Err(e) if e.is_in_doubt());

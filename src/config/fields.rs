@@ -86,6 +86,25 @@ impl<'t, 'i> Fields<'t, 'i> {
         }
     }
 
+    /// A string, or a whole number in its place (as its digits): a size takes both.
+    pub fn string_or_integer(&mut self, c: &mut Collector, key: &str) -> Option<At<String>> {
+        let v = self.get(key)?;
+        match v.get_ref() {
+            DeValue::String(s) => Some((s.to_string(), v.span())),
+            DeValue::Integer(i) => {
+                let n = i64::from_str_radix(&i.as_str().replace('_', ""), i.radix()).ok();
+                Some((
+                    n.map_or_else(|| i.as_str().to_owned(), |n| n.to_string()),
+                    v.span(),
+                ))
+            }
+            _ => {
+                self.wrong(c, key, v, "a string or a whole number");
+                None
+            }
+        }
+    }
+
     /// A string that must name one of `choices`; anything else is reported with the names,
     /// in their order.
     pub fn choice<T: Copy>(

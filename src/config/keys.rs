@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use super::signals::{EXTERNAL_TIMEOUT_MAX, WINDOW_MAX};
 use super::{DRAIN_TIMEOUT_MAX, DURATION_MAX, PARALLEL_MAX, SUFFIX_LEN, WARM_POOL_MAX};
-use crate::model::{GroupName, MAX_INSTANCES, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX};
+use crate::model::{
+    GroupName, MAX_INSTANCES, RESERVE_PERCENT_MAX, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
+};
 
 /// The table a key belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +133,30 @@ pub fn keys() -> Vec<Key> {
             applies: OnReload,
             doc: "How many actions (creations, starts, removals) of one pass run at once.",
             example: "max_parallel_actions = 4",
+        },
+        Key {
+            table: Daemon,
+            name: "host_reserve",
+            kind: "size (\"2GiB\", \"512MiB\", bytes) or percentage (\"10%\")",
+            default: d("\"5%\""),
+            range: Some(format!(
+                "a size of 0 or more, or 0% to {RESERVE_PERCENT_MAX}% of each host's memory"
+            )),
+            applies: OnReload,
+            doc: "The memory each host keeps available. No creation, start, promotion or \
+                  warm-pool creation takes a host below it, counting what each new instance \
+                  is expected to use: the mean working set of the group's measured \
+                  instances, else the group's limits.memory, else 0 (the journal says so). \
+                  Below min too: a host that cannot hold an instance is not pushed into the OOM \
+                  killer. What is held back is logged with REASON=host-headroom and counted in \
+                  incus_hpa_headroom_blocked_total. The figure is the host's MemAvailable \
+                  (/proc/meminfo) when Incus is the local socket, Incus' memory total less used \
+                  (GET /1.0/resources) over HTTPS and for each cluster member, where a new \
+                  instance goes to a member with room (within the group's target). It is read \
+                  only by a pass that would add instances. The default, 5%, keeps room for the \
+                  page cache, incusd and the host's own services on any size of host without \
+                  setting much aside; \"0\" only keeps hosts from being overcommitted.",
+            example: "host_reserve = \"5%\"",
         },
         Key {
             table: Daemon,
@@ -609,7 +635,7 @@ pub fn keys() -> Vec<Key> {
                   its path. A program that fails, runs out of time or prints anything but a \
                   number gives no reading, said once in the journal with what it wrote on \
                   standard error. The packaged unit allows no network: a program that needs it \
-                  needs a drop-in (see /usr/share/doc/incus-hpa/docs/operating.md).",
+                  needs a drop-in (see /usr/share/doc/incus-hpa/docs/signals.md).",
             example: "command = [\"/usr/local/bin/queue-depth\", \"jobs\"]",
         },
         Key {

@@ -25,7 +25,7 @@ pub use diag::{Diagnostic, Severity};
 use fields::Fields;
 pub use security::{check_permissions, open_checked};
 
-use crate::model::{DaemonSpec, DesiredState, GroupName, MemorySourceKind};
+use crate::model::{DaemonSpec, DesiredState, GroupName, HostReserve, MemorySourceKind};
 
 /// Where the daemon looks for its desired state unless told otherwise.
 pub const DEFAULT_PATH: &str = "/etc/incus-hpa/desired-state.toml";
@@ -244,6 +244,12 @@ fn daemon(c: &mut Collector, mut t: Fields, check_files: bool) -> DaemonSpec {
         ],
     ) {
         d.memory_source = kind;
+    }
+    if let Some((r, span)) = t.string_or_integer(c, "host_reserve") {
+        match HostReserve::parse(&r) {
+            Ok(r) => d.host_reserve = r,
+            Err(e) => c.error(Some(span), &t.key("host_reserve"), e),
+        }
     }
     t.finish(c, &keys::names(keys::Table::Daemon));
     d

@@ -414,3 +414,42 @@ fn a_loaded_file_refuses_a_private_key_others_can_read() {
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     load(&file).unwrap();
 }
+
+#[test]
+fn host_reserve_is_a_size_or_a_percentage_of_the_host() {
+    use crate::model::HostReserve;
+    let reserve = |v: &str| {
+        ok(&format!("[daemon]\nhost_reserve = {v}\n"))
+            .state
+            .daemon
+            .host_reserve
+    };
+    assert_eq!(ok("").state.daemon.host_reserve, HostReserve::Percent(5.0));
+    assert_eq!(reserve("\"2GiB\""), HostReserve::Bytes(2 << 30));
+    assert_eq!(reserve("\"512MiB\""), HostReserve::Bytes(512 << 20));
+    assert_eq!(reserve("\"0\""), HostReserve::Bytes(0));
+    assert_eq!(reserve("1073741824"), HostReserve::Bytes(1 << 30));
+    assert_eq!(reserve("\"10%\""), HostReserve::Percent(10.0));
+    assert_eq!(reserve("\"90%\""), HostReserve::Percent(90.0));
+    for (v, message) in [
+        (
+            "\"91%\"",
+            "91% is out of range: a percentage must be from 0 to 90",
+        ),
+        ("\"2 gigs\"", "\"2 gigs\" is not a size or a percentage"),
+        ("-5", "\"-5\" is not a size or a percentage"),
+        (
+            "true",
+            "expected a string or a whole number, found a boolean",
+        ),
+    ] {
+        let e = errors(&format!(
+            "[daemon]\ninterval = \"5s\"\nhost_reserve = {v}\n"
+        ));
+        assert_eq!(e.len(), 1, "{v}: {e:?}");
+        assert!(
+            e[0].starts_with("3:16 daemon.host_reserve: ") && e[0].contains(message),
+            "{v}: {e:?}"
+        );
+    }
+}

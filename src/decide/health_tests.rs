@@ -12,7 +12,7 @@ fn creates(p: &Plan) -> Vec<Cause> {
     p.actions
         .iter()
         .filter_map(|a| match a {
-            Action::Create { cause } => Some(*cause),
+            Action::Create { cause, .. } => Some(*cause),
             _ => None,
         })
         .collect()
@@ -208,7 +208,8 @@ fn a_crash_loop_is_restarted_with_a_doubling_backoff_then_replaced() {
         p.actions,
         vec![
             Action::Create {
-                cause: Cause::Replace
+                cause: Cause::Replace,
+                target: None,
             },
             Action::Remove {
                 name: "web-1".into(),
@@ -436,7 +437,7 @@ fn the_warm_pool_is_filled_used_first_and_never_counted() {
     // Empty pool: filled, after everything else.
     let (mut h, now) = settled(1);
     let p = decide(&s, &obs(&[40.0]), &mut h, now);
-    assert_eq!(p.actions, vec![Action::CreateWarm, Action::CreateWarm]);
+    assert_eq!(p.actions, vec![Action::CreateWarm { target: None }; 2]);
     // A full pool is neither capacity nor measured nor restarted.
     let o = group(vec![at(40.0, 1), warm(2), warm(3)]);
     let p = decide(&s, &o, &mut h, now);
@@ -453,7 +454,7 @@ fn the_warm_pool_is_filled_used_first_and_never_counted() {
                 name: "web-2".into(),
                 cause: Cause::ScaleUp
             },
-            Action::CreateWarm,
+            Action::CreateWarm { target: None },
         ]
     );
     // Scale-down never puts a running instance back in the pool; a smaller pool shrinks.

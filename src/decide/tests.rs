@@ -275,6 +275,7 @@ fn utilization_is_the_mean_of_measured_instances() {
     assert_eq!(plan.current, 3);
     let up = Action::Create {
         cause: Cause::ScaleUp,
+        target: None,
     };
     assert_eq!(plan.actions, vec![up.clone(), up]);
 }
@@ -384,7 +385,8 @@ fn a_deleted_instance_is_replaced_without_changing_the_desired_count() {
     assert_eq!(
         p.actions,
         vec![Action::Create {
-            cause: Cause::Replace
+            cause: Cause::Replace,
+            target: None,
         }]
     );
 }

@@ -4,6 +4,7 @@
 //! the same trait.
 
 pub mod client;
+pub mod host;
 pub mod metrics;
 pub mod tls;
 mod unreachable;
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::model::{Endpoint, DEFAULT_HTTPS_PORT};
 use crate::model::{InstanceStatus, Memory};
+pub use host::{ClusterMember, HostMemory};
 pub(crate) use unreachable::group_name;
 pub use unreachable::{Problem, Unreachable};
 
@@ -287,6 +289,13 @@ pub trait Incus: Send + Sync {
         project: &str,
         member: Option<&str>,
     ) -> Result<HashMap<String, Memory>, IncusError>;
+    /// The memory of the host Incus runs on (`member` `None`), or of the cluster member
+    /// `member`: the local `/proc/meminfo` when Incus is the local socket and `member` is
+    /// `None`, else `GET /1.0/resources[?target=MEMBER]` (see [`host`]).
+    async fn host_memory(&self, member: Option<&str>) -> Result<HostMemory, IncusError>;
+    /// The cluster's members (`GET /1.0/cluster/members?recursion=1`), after `GET /1.0/cluster`
+    /// says it is one; empty for a single server.
+    async fn cluster_members(&self) -> Result<Vec<ClusterMember>, IncusError>;
     /// The lease store of `project` (`GET /1.0/profiles/incus-hpa.leases?project=P`), with its
     /// ETag; made first, marked [`STORE_KEY`], when no profile has that name.
     async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError>;

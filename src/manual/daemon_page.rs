@@ -338,7 +338,7 @@ fn journal(p: &mut Page) {
 
 /// Every reason of a decision, in the page's order ([`reason`] fails to compile without a new
 /// one; a test checks that each name is on the page).
-pub const REASONS: [Reason; 19] = [
+pub const REASONS: [Reason; 20] = [
     Reason::BelowMin,
     Reason::AboveMax,
     Reason::ScheduleMin,
@@ -358,6 +358,7 @@ pub const REASONS: [Reason; 19] = [
     Reason::MetricsMissing,
     Reason::NoMetrics,
     Reason::Protected,
+    Reason::HostHeadroom,
 ];
 
 fn reason(r: Reason) -> &'static str {
@@ -411,6 +412,12 @@ fn reason(r: Reason) -> &'static str {
         Reason::Protected => {
             "A scale-down is cut short by instances a person protected \
              (user.incus-hpa.protected=true)."
+        }
+        Reason::HostHeadroom => {
+            "Additions (creations, starts, promotions, warm-pool creations) are held back: \
+             the host, or every cluster member the group may use, would be left with less \
+             available memory than host_reserve, counting what each new instance is expected \
+             to use. Below min too. A warning says what was available and what was needed."
         }
     }
 }

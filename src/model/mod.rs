@@ -5,16 +5,22 @@
 //!
 //! The desired state is in `spec`, where Incus is (its address and TLS files) in `endpoint`,
 //! what was observed in `observation`, the plan with its reasons, causes and actions in `plan`,
-//! and the keys the daemon writes on instances in `keys`; every name is used as
+//! and the keys the daemon writes on instances in `keys`, the host headroom (`[daemon]
+//! host_reserve`) in `headroom`, memory sizes in `size`; every name is used as
 //! `crate::model::NAME`.
 
 mod endpoint;
+mod headroom;
 mod keys;
 mod observation;
 mod plan;
+pub mod size;
 mod spec;
 
 pub use endpoint::{Endpoint, TlsFiles, DEFAULT_HTTPS_PORT};
+pub use headroom::{
+    ExpectedUse, Headroom, HeadroomCheck, HostReserve, HostRoom, RESERVE_PERCENT_MAX,
+};
 pub use keys::{GROUP_KEY, OWNER_KEY, PROTECTED_KEY, UUID_KEY, WARM_KEY};
 pub use observation::{Foreign, InstanceStatus, Memory, Observation, ObservedInstance, Window};
 pub use plan::{Action, Cause, Note, Plan, Reason, SignalState, Summary};

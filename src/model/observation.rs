@@ -120,4 +120,7 @@ pub struct Observation {
     pub external: Vec<Option<f64>>,
     /// The schedule windows open now; `None` when none is.
     pub window: Option<Window>,
+    /// The memory of the hosts new instances could go to, read only for a pass that would
+    /// add instances (see `crate::headroom`); `None`: not read, additions are not capped.
+    pub headroom: Option<super::Headroom>,
 }

@@ -44,6 +44,9 @@ pub enum Reason {
     ScheduleMin,
     /// A schedule window is open and its `max` lowers the count.
     ScheduleMax,
+    /// Additions held back: the host (or no cluster member) has room for another instance
+    /// above `host_reserve`.
+    HostHeadroom,
 }
 
 impl Reason {
@@ -69,6 +72,7 @@ impl Reason {
             Reason::ExternalBelowTarget => "external-below-target",
             Reason::ScheduleMin => "schedule-min",
             Reason::ScheduleMax => "schedule-max",
+            Reason::HostHeadroom => "host-headroom",
         }
     }
 }
@@ -134,12 +138,16 @@ impl fmt::Display for Cause {
 /// One step for the actor. The actor executes, it never decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Create and start one new instance.
-    Create { cause: Cause },
+    /// Create and start one new instance, on the cluster member `target` when given (else
+    /// where the group's `target`, or Incus' scheduler, puts it).
+    Create {
+        cause: Cause,
+        target: Option<String>,
+    },
     /// Take an instance out of the warm pool and start it.
     Promote { name: String, cause: Cause },
-    /// Create one instance for the warm pool, stopped.
-    CreateWarm,
+    /// Create one instance for the warm pool, stopped (on `target`, as for `Create`).
+    CreateWarm { target: Option<String> },
     /// Start a managed instance that is stopped (left by a crash, a reboot or a person).
     Start { name: String, cause: Cause },
     /// Stop (gracefully, then by force) and delete a managed instance.
@@ -150,12 +158,18 @@ impl Action {
     /// Why the action is taken.
     pub fn cause(&self) -> Cause {
         match self {
-            Action::Create { cause }
+            Action::Create { cause, .. }
             | Action::Promote { cause, .. }
             | Action::Start { cause, .. }
             | Action::Remove { cause, .. } => *cause,
-            Action::CreateWarm => Cause::WarmPool,
+            Action::CreateWarm { .. } => Cause::WarmPool,
         }
+    }
+
+    /// True for what brings an instance up on a host (a creation, a start, a promotion, a
+    /// warm-pool creation): what `host_reserve` checks.
+    pub fn adds(&self) -> bool {
+        !matches!(self, Action::Remove { .. })
     }
 
     /// The phase of a pass it belongs to: 0 brings instances up, 1 removes, 2 refills the
@@ -164,7 +178,7 @@ impl Action {
         match self {
             Action::Create { .. } | Action::Promote { .. } | Action::Start { .. } => 0,
             Action::Remove { .. } => 1,
-            Action::CreateWarm => 2,
+            Action::CreateWarm { .. } => 2,
         }
     }
 }
@@ -238,6 +252,8 @@ pub struct Plan {
     /// When this group should be looked at again at the latest, because something is due
     /// (a restart after its backoff, the end of a grace period): `None` means only the interval.
     pub requeue_in: Option<Duration>,
+    /// What the host check did to the additions, when the hosts were read.
+    pub headroom: Option<super::HeadroomCheck>,
 }
 
 /// What one signal of a group says in one pass.

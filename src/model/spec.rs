@@ -120,6 +120,8 @@ pub struct DaemonSpec {
     pub incus: Option<Endpoint>,
     /// The TLS files, when `incus` is an HTTPS address.
     pub tls: Option<TlsFiles>,
+    /// The memory each host keeps available: no creation or start takes a host below it.
+    pub host_reserve: super::HostReserve,
 }
 
 impl Default for DaemonSpec {
@@ -134,6 +136,7 @@ impl Default for DaemonSpec {
             lease: Duration::from_secs(15),
             incus: None,
             tls: None,
+            host_reserve: super::HostReserve::default(),
         }
     }
 }

@@ -22,11 +22,14 @@ use tokio::time::Instant;
 use crate::act::Shutdown;
 use crate::control::{GroupStatus, LastAction, Status, Telemetry};
 use crate::decide::History;
+use crate::headroom::Round;
 use crate::incus::Incus;
 use crate::informer::Store;
 use crate::lease::Standing;
 use crate::memory::MemorySource;
-use crate::model::{DesiredState, GroupName, GroupSpec, MemorySourceKind, Reason, Summary};
+use crate::model::{
+    DesiredState, GroupName, GroupSpec, HostReserve, MemorySourceKind, Reason, Summary,
+};
 use crate::report;
 
 /// First retry delay after a failed reconcile; doubles up to [`BACKOFF_MAX`].
@@ -124,6 +127,8 @@ pub struct Reconciler {
     interval: Duration,
     resync: Duration,
     parallel: usize,
+    /// `[daemon] host_reserve`.
+    reserve: HostReserve,
     groups: BTreeMap<GroupName, GroupState>,
     /// (project, instance) the daemon removed, until when their events are its own.
     own: HashMap<(String, String), Instant>,
@@ -140,6 +145,7 @@ impl Reconciler {
             interval: state.daemon.interval,
             resync: state.daemon.resync,
             parallel: state.daemon.max_parallel_actions,
+            reserve: state.daemon.host_reserve,
             groups: BTreeMap::new(),
             own: HashMap::new(),
         };
@@ -170,6 +176,7 @@ impl Reconciler {
         self.interval = state.daemon.interval;
         self.resync = state.daemon.resync;
         self.parallel = state.daemon.max_parallel_actions;
+        self.reserve = state.daemon.host_reserve;
         self.groups.retain(|name, g| {
             let moved = state.groups.get(name).map(|s| s.project != g.spec.project);
             let n = g.last.as_ref().map_or(0, |s| s.current);
@@ -281,9 +288,11 @@ impl Reconciler {
         let interval = self.interval;
         let resync = self.resync;
         let parallel = self.parallel;
+        // The groups of this round share the hosts' readings and what each planned there.
+        let round = &Round::new(self.reserve);
         let due = self.groups.values_mut().filter(|g| g.next <= now);
         let passes = due.map(|g| async move {
-            let result = pass::reconcile(ctx, memory, g, now, resync, parallel).await;
+            let result = pass::reconcile(ctx, memory, g, now, resync, parallel, round).await;
             let done = Instant::now();
             ctx.telemetry.pass(
                 g.spec.name.as_str(),

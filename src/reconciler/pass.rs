@@ -10,9 +10,10 @@ use super::{Context, GroupState};
 use crate::act::{self, ActError, Done, Outcome};
 use crate::control::LastAction;
 use crate::decide::decide;
+use crate::headroom::{self, Round};
 use crate::incus::IncusError;
 use crate::memory::MemorySource;
-use crate::model::{Summary, Window};
+use crate::model::{Action, Summary, Window};
 use crate::observe::observe;
 use crate::report;
 
@@ -45,7 +46,9 @@ pub(super) type Passed = (Summary, Option<Duration>, Vec<String>);
 /// A pass that failed: why, its summary if it got as far as deciding, and what it removed.
 pub(super) type Failed = (ReconcileError, Option<Summary>, Vec<String>);
 
-/// One pass for one group: observe, decide, act, and remember what happened.
+/// One pass for one group: observe, decide, act, and remember what happened. A plan that
+/// adds instances is decided again with the hosts' memory, read then (see
+/// [`crate::headroom`]), within what the other groups of the `round` planned.
 pub(super) async fn reconcile(
     ctx: &Context,
     memory: &dyn MemorySource,
@@ -53,6 +56,7 @@ pub(super) async fn reconcile(
     now: Instant,
     resync: Duration,
     parallel: usize,
+    round: &Round,
 ) -> Result<Passed, Failed> {
     let mut obs = observe(ctx.incus.as_ref(), memory, &ctx.store, &g.spec, resync)
         .await
@@ -78,15 +82,31 @@ pub(super) async fn reconcile(
             report::foreign(spec, f);
         }
     }
-    let plan = decide(spec, &obs, &mut g.history, now);
-    for note in &plan.notes {
-        report::note(spec, note);
-    }
     // Only the holder of the group's lease acts; it does nothing past the lease's end.
     let standby = ctx
         .leases
         .standing(&spec.project, spec.name.as_str())
         .standby();
+    let before = g.history.clone();
+    let mut plan = decide(spec, &obs, &mut g.history, now);
+    if standby.is_none() && plan.actions.iter().any(Action::adds) {
+        if let Some(h) = round.read(ctx.incus.as_ref(), spec, &obs, &plan).await {
+            obs.headroom = Some(h);
+            g.history = before;
+            plan = decide(spec, &obs, &mut g.history, now);
+        }
+    }
+    if let Some(check) = &plan.headroom {
+        round.claim(check);
+        if check.held > 0 {
+            headroom::report(spec, check);
+            ctx.telemetry
+                .headroom_blocked(spec.name.as_str(), &spec.project);
+        }
+    }
+    for note in &plan.notes {
+        report::note(spec, note);
+    }
     let changed = g.last.as_ref().is_none_or(|p| {
         (p.current, p.desired, p.reason, &p.standby, &p.failing)
             != (

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use super::{simulate, svg, table, LoadModel, Plot, SimPolicy, Trace};
 use crate::config::{self, DEFAULT_PATH};
+use crate::model::size::mib;
 
 /// `incus-hpa simulate`: see [`crate::simulate`] for the load model and the scores.
 #[derive(Debug, clap::Args)]
@@ -157,29 +158,4 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
             .map_err(|e| format!("{}: cannot write the plot: {e}", path.display()))?;
     }
     Ok(())
-}
-
-/// A memory size as Incus writes `limits.memory`, in MiB: bytes, or kB/MB/GB/TB (powers of
-/// 1000) and KiB/MiB/GiB/TiB (powers of 1024). A percentage of the host is not a size.
-pub fn mib(value: &str) -> Option<f64> {
-    let v = value.trim();
-    let split = v
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(v.len());
-    let (number, unit) = v.split_at(split);
-    let n: f64 = number.parse().ok()?;
-    let bytes = match unit.trim() {
-        "" | "B" => 1.0,
-        "kB" | "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        "KiB" => 1024.0,
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" => 1024f64.powi(4),
-        _ => return None,
-    };
-    let mib = n * bytes / (1024.0 * 1024.0);
-    (mib > 0.0).then_some(mib)
 }

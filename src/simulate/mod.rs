@@ -236,7 +236,9 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                                 instances.push(new);
                             }
                             Action::Remove { name, .. } => instances.retain(|i| i.name() != name),
-                            Action::Promote { .. } | Action::Start { .. } | Action::CreateWarm => {}
+                            Action::Promote { .. }
+                            | Action::Start { .. }
+                            | Action::CreateWarm { .. } => {}
                         }
                     }
                 }

@@ -110,7 +110,7 @@ fn the_scores_print_as_a_table_and_as_json_with_the_contract_names() {
 
 #[test]
 fn limits_memory_sizes_read_as_incus_writes_them() {
-    use super::command::mib;
+    use crate::model::size::mib;
     assert_eq!(mib("64MiB"), Some(64.0));
     assert_eq!(mib("1GiB"), Some(1024.0));
     assert_eq!(mib("512MB"), Some(512e6 / 1048576.0));

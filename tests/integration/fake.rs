@@ -6,7 +6,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use incus_hpa::events::{EventSource, EventStream, Lifecycle};
 use incus_hpa::incus::{
-    CreateInstance, Incus, IncusError, Instance, LeaseHome, StateChange, STORE_KEY, STORE_VALUE,
+    ClusterMember, CreateInstance, HostMemory, Incus, IncusError, Instance, LeaseHome, StateChange,
+    STORE_KEY, STORE_VALUE,
 };
 use incus_hpa::memory::MemorySource;
 use incus_hpa::model::{Memory, GROUP_KEY, OWNER_KEY, UUID_KEY};
@@ -76,7 +77,15 @@ struct State {
     read_time: Option<std::time::Duration>,
     reading: usize,
     most_reading: usize,
+    /// Each host's memory (`""`: the single server), as set; [`ROOMY`] where not set.
+    hosts: BTreeMap<String, HostMemory>,
 }
+
+/// A host's memory unless set: 64 GiB, 60 GiB of it available.
+pub const ROOMY: HostMemory = HostMemory {
+    total: 64 << 30,
+    available: 60 << 30,
+};
 
 impl State {
     /// Where a new instance goes: `target` (a member or `@GROUP`), else the online member
@@ -364,6 +373,14 @@ impl FakeIncus {
             }
             out
         })
+    }
+
+    /// Sets the memory of the host (`member` `""`: the single server) as Incus reports it.
+    pub fn set_host_memory(&self, member: &str, total: u64, available: u64) {
+        self.with(|s| {
+            s.hosts
+                .insert(member.to_owned(), HostMemory { total, available })
+        });
     }
 
     pub fn calls(&self, name: &str) -> u64 {
@@ -660,6 +677,41 @@ impl Incus for FakeIncus {
                 .filter(|(_, i)| i.location == member)
                 .filter(|(_, i)| matches!(i.status.as_str(), "Running" | "Ready" | "Frozen"))
                 .filter_map(|(n, i)| Some((n.clone(), i.memory?)))
+                .collect()
+        }))
+    }
+
+    async fn host_memory(&self, member: Option<&str>) -> Result<HostMemory, IncusError> {
+        self.call("host_memory")?;
+        self.with(|s| match member {
+            Some(m) if !s.members.iter().any(|x| x == m) => {
+                Err(api(404, "Cluster member not found"))
+            }
+            Some(m) if s.offline.contains(m) => Err(s.member_offline(m)),
+            _ => Ok(s.hosts.get(member.unwrap_or("")).copied().unwrap_or(ROOMY)),
+        })
+    }
+
+    async fn cluster_members(&self) -> Result<Vec<ClusterMember>, IncusError> {
+        self.call("cluster_members")?;
+        Ok(self.with(|s| {
+            s.members
+                .iter()
+                .map(|m| ClusterMember {
+                    server_name: m.clone(),
+                    status: if s.offline.contains(m) {
+                        "Offline"
+                    } else {
+                        "Online"
+                    }
+                    .into(),
+                    groups: s
+                        .cluster_groups
+                        .iter()
+                        .filter(|(_, ms)| ms.contains(m))
+                        .map(|(g, _)| g.clone())
+                        .collect(),
+                })
                 .collect()
         }))
     }

@@ -107,7 +107,8 @@ async fn actions_not_started_for_lack_of_a_lease_are_counted() {
     let s = spec("");
     let creates = vec![
         Action::Create {
-            cause: Cause::ScaleUp
+            cause: Cause::ScaleUp,
+            target: None,
         };
         3
     ];
@@ -173,6 +174,7 @@ async fn a_creation_incus_did_not_finish_telling_is_never_undone_and_counted_nex
     fake.set_creates_unfinished(true);
     let create = [Action::Create {
         cause: Cause::BelowMin,
+        target: None,
     }];
     let applied = apply(&fake, &spec(""), || {}, &create, usize::MAX).await;
     assert!(

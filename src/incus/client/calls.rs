@@ -9,11 +9,16 @@ use reqwest::Method;
 use serde_json::Value;
 
 use super::{enc, store, Client, DELETE_WAIT, STOP_MARGIN};
+use crate::incus::host::{from_meminfo, from_resources};
 use crate::incus::metrics::from_metrics;
 use crate::incus::{
-    CreateInstance, Incus, IncusError, Instance, LeaseHome, Problem, StateChange, Unreachable,
+    ClusterMember, CreateInstance, HostMemory, Incus, IncusError, Instance, LeaseHome, Problem,
+    StateChange, Unreachable,
 };
 use crate::model::Memory;
+
+/// Where the local host's memory is read when Incus is the local socket.
+const MEMINFO: &str = "/proc/meminfo";
 
 #[async_trait]
 impl Incus for Client {
@@ -194,6 +199,49 @@ impl Incus for Client {
             }),
             _ => None,
         })
+    }
+
+    async fn host_memory(&self, member: Option<&str>) -> Result<HostMemory, IncusError> {
+        if member.is_none() && self.tls.is_none() {
+            // Incus is the local socket: its host is this one, and the kernel says it best.
+            let what = || format!("reading {MEMINFO}");
+            let text =
+                tokio::fs::read_to_string(MEMINFO)
+                    .await
+                    .map_err(|e| IncusError::Decode {
+                        what: what(),
+                        message: e.to_string(),
+                    })?;
+            return from_meminfo(&text).ok_or_else(|| IncusError::Decode {
+                what: what(),
+                message: "no MemTotal or MemAvailable".into(),
+            });
+        }
+        let mut path = "/1.0/resources".to_owned();
+        if let Some(member) = member {
+            path.push_str(&format!("?target={}", enc(member)));
+        }
+        let what = match member {
+            Some(m) => format!("reading the resources of cluster member {m}"),
+            None => "reading the server's resources".into(),
+        };
+        let v: Value = self.get_json(&path, &what).await?;
+        from_resources(&v).ok_or_else(|| IncusError::Decode {
+            what,
+            message: "no memory.total or memory.used".into(),
+        })
+    }
+
+    async fn cluster_members(&self) -> Result<Vec<ClusterMember>, IncusError> {
+        let cluster: Value = self.get_json("/1.0/cluster", "reading the cluster").await?;
+        if cluster.get("enabled").and_then(Value::as_bool) != Some(true) {
+            return Ok(Vec::new());
+        }
+        self.get_json(
+            "/1.0/cluster/members?recursion=1",
+            "listing the cluster members",
+        )
+        .await
     }
 
     async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError> {

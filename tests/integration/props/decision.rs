@@ -265,7 +265,7 @@ fn check_plan(
     let refills = plan
         .actions
         .iter()
-        .filter(|a| matches!(a, Action::CreateWarm))
+        .filter(|a| matches!(a, Action::CreateWarm { .. }))
         .count();
     prop_assert!(
         refills <= spec.warm_pool as usize,

@@ -29,3 +29,4 @@ const FILE: &str = "/etc/incus-hpa/desired-state.toml";
 mod api;
 mod config_text;
 mod decision;
+mod headroom;
