@@ -92,6 +92,12 @@ const TOP_KEYS: &[&str] = &["daemon", "groups"];
 /// The longest `drain_timeout` accepted.
 pub const DRAIN_TIMEOUT_MAX: Duration = Duration::from_secs(300);
 
+/// The longest an external program may run.
+pub const EXTERNAL_TIMEOUT_MAX: Duration = Duration::from_secs(60);
+
+/// The longest a schedule window may stay open.
+pub const WINDOW_MAX: Duration = Duration::from_secs(31 * 24 * 3600);
+
 /// The largest warm pool accepted per group.
 pub const WARM_POOL_MAX: u32 = 100;
 

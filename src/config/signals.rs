@@ -8,12 +8,8 @@ use std::time::Duration;
 use super::diag::Collector;
 use super::fields::Fields;
 use super::keys::{self, Table};
+use super::{EXTERNAL_TIMEOUT_MAX, WINDOW_MAX};
 use crate::model::{ExternalSpec, ScheduleSpec};
-
-/// The longest an external program may run.
-pub const EXTERNAL_TIMEOUT_MAX: Duration = Duration::from_secs(60);
-/// The longest a schedule window may stay open.
-pub const WINDOW_MAX: Duration = Duration::from_secs(31 * 24 * 3600);
 
 /// What the signal keys of one group say.
 #[derive(Debug, Default)]
