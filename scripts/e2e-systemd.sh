@@ -55,7 +55,7 @@ cleanup() {
 # KEEP=1 leaves the container for a look after a failure.
 trap '[ -n "${KEEP:-}" ] || cleanup' EXIT
 
-desired() { # min [a line for the [daemon] table]
+desired() { # min [lines for the [daemon] table] [lines for the group]
     in_ct sh -c "cat > $conf" <<TOML
 [daemon]
 interval = "2s"
@@ -67,6 +67,7 @@ max = 5
 memory_threshold = 80
 image = "busybox"
 stop_timeout = "1s"
+${3:-}
 
 [groups.$group.config]
 "limits.memory" = "64MiB"
@@ -242,6 +243,23 @@ log "journal fields"
     fail "no decision entry with CURRENT=2 DESIRED=3"
 journal -o json-pretty GROUP="$group" REASON=below-min DESIRED=3 -n 1 >&2
 journal -o json-pretty ACTION=create GROUP="$group" -n 1 >&2
+
+log "an external signal: a program of root's run by the packaged unit"
+in_ct sh -c 'printf "#!/bin/sh\ncat /etc/incus-hpa/depth\n" > /usr/local/bin/queue-depth &&
+    chmod 755 /usr/local/bin/queue-depth && echo 40 > /etc/incus-hpa/depth'
+desired 3 '' "scale_down_stabilization = \"0s\"
+[[groups.$group.external]]
+command = [\"/usr/local/bin/queue-depth\"]
+target = 10"
+in_ct incus-hpa validate >/dev/null || fail "incus-hpa validate refused the external signal"
+in_ct systemctl reload incus-hpa
+until_ok "4 instances for a value of 40 at 10 each" 60 count_is 4
+[ "$(journal -o json GROUP="$group" REASON=external-above-target | grep -c MESSAGE)" -ge 1 ] ||
+    fail "no decision entry with REASON=external-above-target"
+in_ct incus-hpa status --json | grep -q '"name":"external 1","value":40' ||
+    fail "status --json does not show the external signal"
+in_ct sh -c 'echo 30 > /etc/incus-hpa/depth'
+until_ok "back to 3 for a value of 30" 60 count_is 3
 
 log "watchdog: a hung daemon is restarted"
 desired 3
