@@ -30,3 +30,4 @@ mod api;
 mod config_text;
 mod decision;
 mod headroom;
+mod signals;
