@@ -20,6 +20,7 @@ mod real_https;
 mod real_incus;
 mod real_leases;
 mod real_operators;
+mod real_readings;
 mod real_trust;
 mod reconcile;
 mod setup_script;
