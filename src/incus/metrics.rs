@@ -1,5 +1,5 @@
 //! The Prometheus text of `GET /1.0/metrics`: a small tolerant parser ([`parse_sample`]) and
-//! the working set of each instance of a project ([`from_metrics`]).
+//! the working set and CPU time of each instance of a project ([`from_metrics`]).
 //!
 //! The parser is the daemon's own: the `prometheus-parse` crate splits label values on `,` and
 //! `=` without unescaping, and the other parsers on crates.io are LGPL or single unproven
@@ -14,6 +14,12 @@ const METRIC_TOTAL: &str = "incus_memory_MemTotal_bytes";
 const METRIC_FREE: &str = "incus_memory_MemFree_bytes";
 const METRIC_INACTIVE_FILE: &str = "incus_memory_Inactive_file_bytes";
 const METRIC_OOM_KILLS: &str = "incus_memory_OOM_kills_total";
+const METRIC_CPU: &str = "incus_cpu_seconds_total";
+
+/// The `mode`s of [`METRIC_CPU`] that are not CPU time used. incusd writes only `user` and
+/// `system` for a container (from `cpuacct.usage_all` or `cpu.stat`), but all eight modes of
+/// the guest's `/proc/stat` for a virtual machine.
+const CPU_NOT_USED: [&str; 3] = ["idle", "iowait", "steal"];
 
 /// The working set of each instance of `project` in a `GET /1.0/metrics` answer, by name.
 ///
@@ -28,6 +34,10 @@ const METRIC_OOM_KILLS: &str = "incus_memory_OOM_kills_total";
 ///
 /// `OOM_kills_total`, when incusd writes it, is the OOM killer's count.
 ///
+/// The CPU time is `incus_cpu_seconds_total` summed over its `cpu`s and the modes of time used
+/// (all but `idle`, `iowait` and `steal`): for a container, `user` + `system`, which is the
+/// cgroup's `cpuacct.usage` or `usage_usec`, the counter [`CgroupSource`] and `/state` read.
+///
 /// An instance lacks a reading when `MemTotal` or `MemFree` is missing or not a number, or
 /// when `MemFree` exceeds `MemTotal`: incusd writes usage −1 when it could not read it.
 pub fn from_metrics(text: &str, project: &str) -> HashMap<String, Memory> {
@@ -37,12 +47,14 @@ pub fn from_metrics(text: &str, project: &str) -> HashMap<String, Memory> {
         free: Option<f64>,
         inactive: Option<f64>,
         oom_kills: Option<f64>,
+        /// Seconds, summed over the samples read so far.
+        cpu: Option<f64>,
     }
     let mut by_name: HashMap<String, Fields> = HashMap::new();
     for s in text.lines().filter_map(parse_sample) {
         if !matches!(
             s.name,
-            METRIC_TOTAL | METRIC_FREE | METRIC_INACTIVE_FILE | METRIC_OOM_KILLS
+            METRIC_TOTAL | METRIC_FREE | METRIC_INACTIVE_FILE | METRIC_OOM_KILLS | METRIC_CPU
         ) || s.label("project").is_some_and(|p| p != project)
         {
             continue;
@@ -51,6 +63,12 @@ pub fn from_metrics(text: &str, project: &str) -> HashMap<String, Memory> {
             continue;
         };
         let f = by_name.entry(name.to_owned()).or_default();
+        if s.name == METRIC_CPU {
+            if !s.label("mode").is_some_and(|m| CPU_NOT_USED.contains(&m)) {
+                f.cpu = Some(f.cpu.unwrap_or(0.0) + s.value);
+            }
+            continue;
+        }
         let slot = match s.name {
             METRIC_TOTAL => &mut f.total,
             METRIC_FREE => &mut f.free,
@@ -67,6 +85,10 @@ pub fn from_metrics(text: &str, project: &str) -> HashMap<String, Memory> {
                 .oom_kills
                 .filter(|k| k.is_finite() && *k >= 0.0)
                 .map(|k| k as u64);
+            m.cpu_ns = f
+                .cpu
+                .filter(|c| c.is_finite() && *c >= 0.0)
+                .map(|c| (c * 1e9).round() as u64);
             Some((name, m))
         })
         .collect()
@@ -243,6 +265,11 @@ mod tests {
     const METRICS: &str = r#"# HELP incus_cpu_seconds_total The total number of CPU time used in seconds.
 # TYPE incus_cpu_seconds_total counter
 incus_cpu_seconds_total{cpu="0",mode="system",name="web-a",project="default",type="container"} 0.05
+incus_cpu_seconds_total{cpu="0",mode="user",name="web-a",project="default",type="container"} 1.25
+incus_cpu_seconds_total{cpu="1",mode="system",name="web-a",project="default",type="container"} 0.2
+incus_cpu_seconds_total{cpu="1",mode="user",name="web-a",project="default",type="container"} 2.5e-05
+incus_cpu_seconds_total{cpu="0",mode="system",name="web-a",project="other",type="container"} 3
+incus_cpu_seconds_total{cpu="0",mode="system",name="nofree",project="default",type="container"} 1
 # HELP incus_memory_Inactive_file_bytes The amount of file-backed memory on inactive LRU list.
 # TYPE incus_memory_Inactive_file_bytes gauge
 incus_memory_Inactive_file_bytes{name="web-a",project="default",type="container"} 1.048576e+07
@@ -274,14 +301,16 @@ incus_uptime_seconds 643.678511837
     #[test]
     fn metrics_give_the_working_set_of_each_instance_of_the_project() {
         let m = from_metrics(METRICS, "default");
-        // usage 32 MiB, of which 10 MiB inactive cache: 22 MiB of 64 MiB.
+        // usage 32 MiB, of which 10 MiB inactive cache: 22 MiB of 64 MiB; user and system
+        // time of both CPUs, 1.500025 s.
         assert_eq!(
             m.get("web-a"),
             Some(&Memory {
                 usage: 22 << 20,
                 limit: 64 << 20,
                 oom_kills: Some(3),
-                ..Default::default()
+                cpu_ns: Some(1_500_025_000),
+                pressure: None,
             })
         );
         assert_eq!(
@@ -293,7 +322,8 @@ incus_uptime_seconds 643.678511837
                 ..Default::default()
             })
         );
-        // Usage unreadable (MemFree = MemTotal + 1), MemFree missing, MemTotal not a number.
+        // Usage unreadable (MemFree = MemTotal + 1), MemFree missing (its CPU time alone is
+        // no reading), MemTotal not a number.
         assert_eq!(m.len(), 2, "{m:?}");
         assert_eq!(
             from_metrics(METRICS, "other").get("web-a"),
@@ -301,10 +331,65 @@ incus_uptime_seconds 643.678511837
                 usage: 1,
                 limit: 2,
                 oom_kills: None,
-                ..Default::default()
+                cpu_ns: Some(3_000_000_000),
+                pressure: None,
             })
         );
         assert!(from_metrics("# EOF\n", "default").is_empty());
+    }
+
+    /// The lines of one instance: 64 MiB, 32 MiB free, and `cpu` lines.
+    fn with_cpu(name: &str, kind: &str, cpu: &[(&str, &str)]) -> String {
+        let labels = format!(r#"name="{name}",project="default",type="{kind}""#);
+        let mut text = format!(
+            "incus_memory_MemTotal_bytes{{{labels}}} 6.7108864e+07\n\
+             incus_memory_MemFree_bytes{{{labels}}} 3.3554432e+07\n"
+        );
+        for (mode, value) in cpu {
+            text.push_str(&format!(
+                "incus_cpu_seconds_total{{cpu=\"0\",mode=\"{mode}\",{labels}}} {value}\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn cpu_time_is_the_modes_of_time_used_summed() {
+        let cpu = |name: &str, kind: &str, lines: &[(&str, &str)]| {
+            from_metrics(&with_cpu(name, kind, lines), "default")
+                .get(name)
+                .map(|m| m.cpu_ns)
+        };
+        // cgroup v2: a single `cpu="0"`, user and system.
+        assert_eq!(
+            cpu(
+                "c",
+                "container",
+                &[("user", "1.219628"), ("system", "1.252742")]
+            ),
+            Some(Some(2_472_370_000))
+        );
+        // A virtual machine's agent writes every mode of the guest's /proc/stat: idle, iowait
+        // and steal are not time the instance used.
+        let vm = [
+            ("iowait", "5"),
+            ("irq", "0.25"),
+            ("idle", "100"),
+            ("nice", "0.5"),
+            ("softirq", "0.25"),
+            ("steal", "1"),
+            ("system", "1"),
+            ("user", "2"),
+        ];
+        assert_eq!(cpu("vm", "virtual-machine", &vm), Some(Some(4_000_000_000)));
+        // No CPU lines, a value that is not a count of seconds: a memory reading without CPU.
+        assert_eq!(cpu("none", "container", &[]), Some(None));
+        assert_eq!(
+            cpu("nan", "container", &[("user", "1"), ("system", "NaN")]),
+            Some(None)
+        );
+        assert_eq!(cpu("neg", "container", &[("user", "-1")]), Some(None));
+        assert_eq!(cpu("inf", "container", &[("user", "+Inf")]), Some(None));
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //! per instance, whichever the pure [`plan`] finds cheaper from what was last seen. On a
 //! cluster, where a member's metrics cover only its own instances, that choice is made per
 //! member, and the metrics of a member are asked for with `&target=MEMBER`.
+//!
+//! The CPU time comes in the same answers (`incus_cpu_seconds_total`, `/state`'s
+//! `cpu.usage`): it costs no request of its own. The API tells no pressure: `None`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -288,12 +291,14 @@ mod tests {
         calls: Mutex<Vec<String>>,
     }
 
+    /// `usage` MiB of 64, and `usage` s of CPU time.
     fn mib(usage: u64) -> Memory {
         Memory {
             usage: usage << 20,
             limit: 64 << 20,
             oom_kills: None,
-            ..Default::default()
+            cpu_ns: Some(usage * 1_000_000_000),
+            pressure: None,
         }
     }
 
@@ -390,6 +395,17 @@ mod tests {
         let read = api.read("default", &names(&["a", "b", "c", "x"])).await;
         assert_eq!(read, vec![Some(mib(1)), Some(mib(12)), Some(mib(3)), None]);
         assert_eq!(incus.calls(), ["metrics", "state b", "state x"]);
+        // The CPU time came with the memory, from either answer: no request of its own.
+        let cpu: Vec<_> = read.iter().map(|m| m.and_then(|m| m.cpu_ns)).collect();
+        assert_eq!(
+            cpu,
+            [
+                Some(1_000_000_000),
+                Some(12_000_000_000),
+                Some(3_000_000_000),
+                None
+            ]
+        );
     }
 
     #[tokio::test]

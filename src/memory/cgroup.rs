@@ -1,6 +1,18 @@
-//! Memory from the container's cgroup files on this host (v1 or v2): no request to incusd at
-//! all, and the working set (usage minus inactive page cache, as the kubelet computes it), with
-//! the OOM killer's count (`memory.events` on v2, `memory.oom_control` on v1).
+//! Readings from the container's cgroup files on this host (v1, v2 or hybrid): no request to
+//! incusd at all. Memory is the working set (usage minus inactive page cache, as the kubelet
+//! computes it), with the OOM killer's count (`memory.events` on v2, `memory.oom_control` on
+//! v1); beside it, the CPU time used and the pressure (PSI), read from the instance's v2
+//! directory where there is one.
+//!
+//! The files read per instance, in order (`P` is `lxc.payload.NAME`, or
+//! `lxc.payload.PROJECT_NAME` outside the `default` project):
+//! - v1, and hybrid (v1 controllers beside a v2 tree mounted at `unified/`): `memory/P/`
+//!   `memory.usage_in_bytes`, `memory.limit_in_bytes`, `memory.stat`, `memory.oom_control`;
+//!   then, when `unified/P` is a directory (hybrid), its `cpu.stat`, `cpu.pressure` and
+//!   `memory.pressure`; `cpuacct/P/cpuacct.usage` only when there is no `cpu.stat` to read
+//!   (pure v1: no pressure either).
+//! - v2: `P/` (or `unified/P/`, wherever `memory.current` is) `memory.current`, `memory.max`,
+//!   `memory.stat`, `memory.events`, `cpu.stat`, `cpu.pressure`, `memory.pressure`.
 
 use std::path::{Path, PathBuf};
 
@@ -41,16 +53,20 @@ impl CgroupSource {
         }
     }
 
-    /// One instance's memory, or `None` when its files are not there or unreadable.
+    /// One instance's reading, or `None` when its memory files are not there or unreadable.
+    /// Its CPU time and pressure are `None` when their files are missing or garbled: they
+    /// never make the memory reading missing.
     pub fn read_one(&self, project: &str, name: &str) -> Option<Memory> {
         let payload = Self::payload(project, name);
         let v1 = self.root.join("memory").join(&payload);
-        let (usage, limit, inactive, oom_kills) = if v1.is_dir() {
+        let (usage, limit, inactive, oom_kills, v2) = if v1.is_dir() {
             (
                 read_u64(&v1.join("memory.usage_in_bytes"))?,
                 read_u64(&v1.join("memory.limit_in_bytes")),
                 stat_field(&v1.join("memory.stat"), "total_inactive_file"),
                 stat_field(&v1.join("memory.oom_control"), "oom_kill"),
+                // Hybrid: the v2 tree beside the v1 controllers. Pure v1: none.
+                Some(self.root.join("unified").join(&payload)).filter(|p| p.is_dir()),
             )
         } else {
             let v2 = [
@@ -65,6 +81,7 @@ impl CgroupSource {
                 stat_field(&v2.join("memory.stat"), "inactive_file"),
                 // Counts the kills in the whole subtree (an init's services included).
                 stat_field(&v2.join("memory.events"), "oom_kill"),
+                Some(v2),
             )
         };
         let host = self.host_total;
@@ -76,8 +93,22 @@ impl CgroupSource {
             usage: usage.saturating_sub(inactive.unwrap_or(0)),
             limit,
             oom_kills,
-            ..Default::default()
+            cpu_ns: self.cpu_ns(&payload, v2.as_deref()),
+            pressure: v2.as_deref().and_then(pressure),
         })
+    }
+
+    /// CPU time used, ns: v2's `cpu.stat` `usage_usec` (in every v2 directory, whatever its
+    /// controllers), else v1's `cpuacct.usage`.
+    fn cpu_ns(&self, payload: &str, v2: Option<&Path>) -> Option<u64> {
+        let v1 = self
+            .root
+            .join("cpuacct")
+            .join(payload)
+            .join("cpuacct.usage");
+        v2.and_then(|d| stat_field(&d.join("cpu.stat"), "usage_usec"))
+            .map(|us| us.saturating_mul(1000))
+            .or_else(|| read_u64(&v1))
     }
 }
 
@@ -98,6 +129,26 @@ fn stat_field(path: &Path, field: &str) -> Option<u64> {
         let (k, v) = l.split_once(' ')?;
         (k == field).then(|| v.trim().parse().ok()).flatten()
     })
+}
+
+/// The higher "some avg10" of `dir`'s `cpu.pressure` and `memory.pressure`, of those that are
+/// there and readable.
+fn pressure(dir: &Path) -> Option<f64> {
+    ["cpu.pressure", "memory.pressure"]
+        .into_iter()
+        .filter_map(|f| psi_some_avg10(&std::fs::read_to_string(dir.join(f)).ok()?))
+        .reduce(f64::max)
+}
+
+/// The "some avg10" of a PSI file (`some avg10=1.50 avg60=0.20 avg300=0.05 total=123`), in
+/// percent: the share of the last 10 s in which some task of the group waited.
+fn psi_some_avg10(text: &str) -> Option<f64> {
+    let some = text.lines().find_map(|l| l.strip_prefix("some "))?;
+    let avg10 = some
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("avg10="))?;
+    let v: f64 = avg10.parse().ok()?;
+    (v.is_finite() && v >= 0.0).then_some(v)
 }
 
 /// `MemTotal` from /proc/meminfo, in bytes.
@@ -172,6 +223,176 @@ mod tests {
             })
         );
         assert_eq!(s.read_one("default", "db-a"), None);
+    }
+
+    /// The memory files of a v1 instance: 40000 of 100000 bytes used.
+    const V1_MEMORY: [(&str, &str); 3] = [
+        ("memory.usage_in_bytes", "50000\n"),
+        ("memory.limit_in_bytes", "100000\n"),
+        ("memory.stat", "total_inactive_file 10000\n"),
+    ];
+
+    /// The same as a v2 instance's files.
+    const V2_MEMORY: [(&str, &str); 3] = [
+        ("memory.current", "50000\n"),
+        ("memory.max", "100000\n"),
+        ("memory.stat", "inactive_file 10000\n"),
+    ];
+
+    const CPU_STAT: &str = "usage_usec 2472371\nuser_usec 1219628\nsystem_usec 1252742\n\
+                            nice_usec 0\n";
+
+    fn psi(some: &str) -> String {
+        format!(
+            "some avg10={some} avg60=2.03 avg300=0.45 total=2089955\n\
+             full avg10=99.00 avg60=1.22 avg300=0.27 total=1341970\n"
+        )
+    }
+
+    /// A v2 directory's CPU counter, and its pressure files with these "some avg10".
+    fn write_v2_signals(dir: &Path, cpu: &str, memory: &str) {
+        write(
+            dir,
+            &[
+                ("cpu.stat", CPU_STAT),
+                ("cpu.pressure", &psi(cpu)),
+                ("memory.pressure", &psi(memory)),
+            ],
+        );
+    }
+
+    /// v1's CPU counter of the cgroup `payload`.
+    fn write_cpuacct(root: &Path, payload: &str, usage: &str) {
+        write(
+            &root.join("cpuacct").join(payload),
+            &[("cpuacct.usage", usage)],
+        );
+    }
+
+    /// What `s` reads of `name`'s CPU time and pressure (its memory must read 40000/100000).
+    fn signals(s: &CgroupSource, project: &str, name: &str) -> (Option<u64>, Option<f64>) {
+        let m = s.read_one(project, name).expect("a memory reading");
+        assert_eq!((m.usage, m.limit), (40000, 100000), "{m:?}");
+        (m.cpu_ns, m.pressure)
+    }
+
+    #[test]
+    fn cgroup_v1_cpu_comes_from_cpuacct_without_pressure() {
+        let t = tempfile::tempdir().unwrap();
+        write(&t.path().join("memory/lxc.payload.web-a"), &V1_MEMORY);
+        write_cpuacct(t.path(), "lxc.payload.web-a", "2513643288\n");
+        let s = CgroupSource::new(t.path(), 1 << 30);
+        assert_eq!(signals(&s, "default", "web-a"), (Some(2_513_643_288), None));
+    }
+
+    #[test]
+    fn cgroup_v2_cpu_is_usage_usec_in_ns_and_pressure_the_higher_avg10() {
+        // At the root of a pure v2 host, or under `unified/` (memory in v2 on a hybrid host).
+        for under in ["", "unified"] {
+            let t = tempfile::tempdir().unwrap();
+            let dir = t.path().join(under).join("lxc.payload.web-a");
+            write(&dir, &V2_MEMORY);
+            write_v2_signals(&dir, "7.49", "12.50");
+            let s = CgroupSource::new(t.path(), 1 << 30);
+            assert_eq!(
+                signals(&s, "default", "web-a"),
+                (Some(2_472_371_000), Some(12.5)),
+                "{under}"
+            );
+            write(&dir, &[("memory.pressure", &psi("0.00"))]);
+            assert_eq!(signals(&s, "default", "web-a").1, Some(7.49), "{under}");
+        }
+    }
+
+    #[test]
+    fn cgroup_hybrid_reads_cpu_and_pressure_in_the_unified_tree() {
+        let t = tempfile::tempdir().unwrap();
+        // As on this kind of host: memory and cpuacct in v1, the v2 tree under `unified/`,
+        // an instance of project `staging`.
+        let payload = "lxc.payload.staging_web-a";
+        write(&t.path().join("memory").join(payload), &V1_MEMORY);
+        write_cpuacct(t.path(), payload, "2513643288\n");
+        let unified = t.path().join("unified").join(payload);
+        write_v2_signals(&unified, "7.49", "0.00");
+        let s = CgroupSource::new(t.path(), 1 << 30);
+        // v2's counter first, while it is there.
+        assert_eq!(
+            signals(&s, "staging", "web-a"),
+            (Some(2_472_371_000), Some(7.49))
+        );
+        // The same name in `default` is another cgroup: nothing there.
+        assert_eq!(s.read_one("default", "web-a"), None);
+        // Without v2's counter, v1's.
+        std::fs::remove_file(unified.join("cpu.stat")).unwrap();
+        assert_eq!(
+            signals(&s, "staging", "web-a"),
+            (Some(2_513_643_288), Some(7.49))
+        );
+    }
+
+    #[test]
+    fn missing_cpu_and_pressure_files_leave_the_memory_reading() {
+        let t = tempfile::tempdir().unwrap();
+        write(&t.path().join("lxc.payload.v2"), &V2_MEMORY);
+        write(&t.path().join("memory/lxc.payload.v1"), &V1_MEMORY);
+        // Hybrid, with an empty v2 directory and no cpuacct one.
+        write(&t.path().join("memory/lxc.payload.hy"), &V1_MEMORY);
+        std::fs::create_dir_all(t.path().join("unified/lxc.payload.hy")).unwrap();
+        let s = CgroupSource::new(t.path(), 1 << 30);
+        for name in ["v2", "v1", "hy"] {
+            assert_eq!(signals(&s, "default", name), (None, None), "{name}");
+        }
+        // One pressure file of two: its figure.
+        write(
+            &t.path().join("unified/lxc.payload.hy"),
+            &[("memory.pressure", &psi("3.00"))],
+        );
+        assert_eq!(signals(&s, "default", "hy"), (None, Some(3.0)));
+    }
+
+    #[test]
+    fn garbled_cpu_and_pressure_files_read_as_missing() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("lxc.payload.web-a");
+        write(&dir, &V2_MEMORY);
+        write(
+            &dir,
+            &[
+                ("cpu.stat", "usage_usec lots\n"),
+                ("cpu.pressure", "some avg10=NaN avg60=0.00\n"),
+                ("memory.pressure", "full avg10=5.00\n"),
+            ],
+        );
+        // A v2 counter that does not parse falls back to v1's, garbled too here.
+        write_cpuacct(t.path(), "lxc.payload.web-a", "-1\n");
+        let s = CgroupSource::new(t.path(), 1 << 30);
+        assert_eq!(signals(&s, "default", "web-a"), (None, None));
+        // One pressure readable, the other not: the one there is.
+        write(&dir, &[("memory.pressure", &psi("4.25"))]);
+        write_cpuacct(t.path(), "lxc.payload.web-a", "123\n");
+        assert_eq!(signals(&s, "default", "web-a"), (Some(123), Some(4.25)));
+    }
+
+    #[test]
+    fn psi_some_avg10_is_read_from_the_some_line() {
+        assert_eq!(psi_some_avg10(&psi("7.49")), Some(7.49));
+        assert_eq!(psi_some_avg10(&psi("100.00")), Some(100.0));
+        // The root cgroup's cpu.pressure (older kernels) has no "full" line.
+        assert_eq!(
+            psi_some_avg10("some avg10=0.50 avg60=0.00 avg300=0.00 total=1\n"),
+            Some(0.5)
+        );
+        for garbage in [
+            "",
+            "full avg10=1.00 avg60=0.00 avg300=0.00 total=1\n",
+            "some avg60=1.00 total=1\n",
+            "some avg10= avg60=1.00\n",
+            "some avg10=-1.00\n",
+            "some avg10=inf\n",
+            "someavg10=1.00\n",
+        ] {
+            assert_eq!(psi_some_avg10(garbage), None, "{garbage:?}");
+        }
     }
 
     #[test]

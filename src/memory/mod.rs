@@ -1,4 +1,7 @@
-//! Where memory readings come from, behind one trait so that cheaper sources can be added.
+//! Where memory readings come from, behind one trait so that cheaper sources can be added. A
+//! reading carries, where its source can tell, the instance's CPU time (a counter) and its
+//! pressure (PSI): the cgroup files tell both, the API only the CPU time, from the answers
+//! it already asks for.
 //!
 //! - [`CgroupSource`] reads the container's cgroup files on this host: no request to incusd at
 //!   all, and the working set (usage minus inactive page cache, as the kubelet computes it),

@@ -22,6 +22,7 @@ mod real_https;
 mod real_incus;
 mod real_leases;
 mod real_operators;
+mod real_readings;
 mod real_signals;
 mod real_trust;
 mod reconcile;

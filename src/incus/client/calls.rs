@@ -188,17 +188,7 @@ impl Incus for Client {
         let v: Value = self
             .get_json(&path, &format!("reading the state of {name}"))
             .await?;
-        let usage = v.pointer("/memory/usage").and_then(Value::as_u64);
-        let limit = v.pointer("/memory/total").and_then(Value::as_u64);
-        Ok(match (usage, limit) {
-            (Some(usage), Some(limit)) if limit > 0 => Some(Memory {
-                usage,
-                limit,
-                oom_kills: None,
-                ..Default::default()
-            }),
-            _ => None,
-        })
+        Ok(state_reading(&v))
     }
 
     async fn host_memory(&self, member: Option<&str>) -> Result<HostMemory, IncusError> {
@@ -266,4 +256,23 @@ impl Incus for Client {
             .await?;
         Ok(from_metrics(&text, project))
     }
+}
+
+/// The reading in an instance's `/state`: `memory.usage` (page cache included) of
+/// `memory.total`, and `cpu.usage`, the CPU time used in ns (the cgroup's `cpuacct.usage` or
+/// `usage_usec`; incusd writes -1 when it could not read it, and leaves 0 when the host has no
+/// CPU accounting: both are no reading). `None` without a usage and a positive limit.
+pub(super) fn state_reading(v: &Value) -> Option<Memory> {
+    let usage = v.pointer("/memory/usage").and_then(Value::as_u64)?;
+    let limit = v.pointer("/memory/total").and_then(Value::as_u64)?;
+    (limit > 0).then(|| Memory {
+        usage,
+        limit,
+        oom_kills: None,
+        cpu_ns: v
+            .pointer("/cpu/usage")
+            .and_then(Value::as_u64)
+            .filter(|&ns| ns > 0),
+        pressure: None,
+    })
 }

@@ -1,6 +1,7 @@
 //! The client's paths and queries, and what it makes of Incus' own words: an error message or
 //! an operation's `err` with control characters in it (a newline, an escape sequence) comes
-//! out of the client without them, answered by a small HTTP server on a unix socket.
+//! out of the client without them, answered by a small HTTP server on a unix socket; and the
+//! reading it takes from an instance's `/state`.
 
 use std::convert::Infallible;
 
@@ -12,6 +13,7 @@ use hyper_util::rt::TokioIo;
 
 use super::*;
 use crate::incus::Incus;
+use crate::model::Memory;
 
 #[test]
 fn the_wait_of_an_operation_keeps_its_query() {
@@ -44,6 +46,10 @@ fn answer(req: &Request<hyper::body::Incoming>) -> (u16, serde_json::Value) {
         ("DELETE", "/1.0/instances/web-1") => (
             202,
             serde_json::json!({"type": "async", "operation": "/1.0/operations/op-1", "metadata": {}}),
+        ),
+        ("GET", "/1.0/instances/web-1/state") => (
+            200,
+            serde_json::json!({"type": "sync", "status_code": 200, "metadata": running_state()}),
         ),
         ("GET", "/1.0/operations/op-1/wait") => (
             200,
@@ -107,4 +113,53 @@ async fn a_failed_operation_s_err_comes_without_control_characters() {
     };
     assert_eq!(message, "stopping:  READY=1  ");
     assert_no_control(&e.to_string());
+}
+
+/// The state of a running container as incusd 6.0 writes it (network cut).
+fn running_state() -> serde_json::Value {
+    serde_json::json!({
+        "status": "Running", "status_code": 103, "disk": {}, "network": null,
+        "memory": {"usage": 33554432, "usage_peak": 41943040, "total": 67108864,
+                   "swap_usage": 0, "swap_usage_peak": 0},
+        "cpu": {"usage": 2513643288_u64, "allocated_time": 1000000000},
+        "pid": 4242, "processes": 3, "started_at": "2026-12-01T15:32:00Z",
+    })
+}
+
+#[test]
+fn state_gives_memory_and_cpu_time_but_no_pressure() {
+    use super::calls::state_reading as reading;
+    let mut state = running_state();
+    assert_eq!(
+        reading(&state),
+        Some(Memory {
+            usage: 32 << 20,
+            limit: 64 << 20,
+            oom_kills: None,
+            cpu_ns: Some(2_513_643_288),
+            pressure: None,
+        })
+    );
+    // -1: incusd could not read the counter; 0: the host has no CPU accounting; or none.
+    for cpu in [
+        serde_json::json!({"usage": -1}),
+        serde_json::json!({"usage": 0, "allocated_time": 0}),
+        serde_json::json!({}),
+        serde_json::json!(null),
+    ] {
+        state["cpu"] = cpu.clone();
+        let m = reading(&state).expect("a memory reading");
+        assert_eq!((m.usage, m.cpu_ns), (32 << 20, None), "{cpu}");
+    }
+    // A stopped instance reports zeros: no reading at all.
+    state["memory"] = serde_json::json!({"usage": 0, "total": 0});
+    assert_eq!(reading(&state), None);
+}
+
+#[tokio::test]
+async fn memory_state_reads_the_instance_s_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = client_of_test_server(dir.path()).await;
+    let m = client.memory_state("default", "web-1").await.unwrap();
+    assert_eq!(m.and_then(|m| m.cpu_ns), Some(2_513_643_288), "{m:?}");
 }
