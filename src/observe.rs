@@ -20,8 +20,8 @@ use crate::incus::{Incus, IncusError, Instance};
 use crate::informer::Store;
 use crate::memory::MemorySource;
 use crate::model::{
-    Foreign, GroupSpec, InstanceStatus, Observation, ObservedInstance, PROTECTED_KEY, UUID_KEY,
-    WARM_KEY,
+    Foreign, GroupSpec, InstanceStatus, Observation, ObservedInstance, Wanted, PROTECTED_KEY,
+    UUID_KEY, WARM_KEY,
 };
 
 /// True when `inst` is one the daemon created for the group `spec`.
@@ -66,7 +66,15 @@ pub async fn observe(
         .map(|i| (i.name.clone(), i.member().to_owned()))
         .unzip();
     let mut readings = memory
-        .read_placed(&spec.project, &healthy, &members)
+        .read_wanted(
+            &spec.project,
+            &healthy,
+            &members,
+            Wanted {
+                cpu: spec.cpu_threshold.is_some(),
+                pressure: spec.pressure_threshold.is_some(),
+            },
+        )
         .await
         .into_iter();
     let instances = owned

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use super::MemorySource;
-use crate::model::Memory;
+use crate::model::{Memory, Wanted};
 
 /// Memory from the local cgroup tree (v1 or v2), with an injectable root for tests.
 pub struct CgroupSource {
@@ -57,7 +57,14 @@ impl CgroupSource {
     /// Its CPU time and pressure are `None` when their files are missing or garbled: they
     /// never make the memory reading missing.
     pub fn read_one(&self, project: &str, name: &str) -> Option<Memory> {
+        self.read_one_wanted(project, name, Wanted::ALL)
+    }
+
+    /// [`CgroupSource::read_one`], with CPU time and pressure only as `wanted` asks (at most
+    /// three more small files each pass, and none for a group that scales on memory alone).
+    pub fn read_one_wanted(&self, project: &str, name: &str, wanted: Wanted) -> Option<Memory> {
         let payload = Self::payload(project, name);
+        let extra = wanted.cpu || wanted.pressure;
         let v1 = self.root.join("memory").join(&payload);
         let (usage, limit, inactive, oom_kills, v2) = if v1.is_dir() {
             (
@@ -66,7 +73,7 @@ impl CgroupSource {
                 stat_field(&v1.join("memory.stat"), "total_inactive_file"),
                 stat_field(&v1.join("memory.oom_control"), "oom_kill"),
                 // Hybrid: the v2 tree beside the v1 controllers. Pure v1: none.
-                Some(self.root.join("unified").join(&payload)).filter(|p| p.is_dir()),
+                Some(self.root.join("unified").join(&payload)).filter(|p| extra && p.is_dir()),
             )
         } else {
             let v2 = [
@@ -93,8 +100,12 @@ impl CgroupSource {
             usage: usage.saturating_sub(inactive.unwrap_or(0)),
             limit,
             oom_kills,
-            cpu_ns: self.cpu_ns(&payload, v2.as_deref()),
-            pressure: v2.as_deref().and_then(pressure),
+            cpu_ns: if wanted.cpu {
+                self.cpu_ns(&payload, v2.as_deref())
+            } else {
+                None
+            },
+            pressure: v2.as_deref().filter(|_| wanted.pressure).and_then(pressure),
         })
     }
 
@@ -116,6 +127,19 @@ impl CgroupSource {
 impl MemorySource for CgroupSource {
     async fn read(&self, project: &str, names: &[String]) -> Vec<Option<Memory>> {
         names.iter().map(|n| self.read_one(project, n)).collect()
+    }
+
+    async fn read_wanted(
+        &self,
+        project: &str,
+        names: &[String],
+        _members: &[String],
+        wanted: Wanted,
+    ) -> Vec<Option<Memory>> {
+        names
+            .iter()
+            .map(|n| self.read_one_wanted(project, n, wanted))
+            .collect()
     }
 }
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::incus::Incus;
-use crate::model::{Memory, MemorySourceKind};
+use crate::model::{Memory, MemorySourceKind, Wanted};
 pub use api::{plan, ApiSource, LastMetrics, Plan};
 pub use cgroup::CgroupSource;
 
@@ -44,6 +44,19 @@ pub trait MemorySource: Send + Sync {
     ) -> Vec<Option<Memory>> {
         let _ = members;
         self.read(project, names).await
+    }
+
+    /// Like [`MemorySource::read_placed`], reading CPU time and pressure only as `wanted` asks
+    /// (a source that reads them at no cost may fill them anyway).
+    async fn read_wanted(
+        &self,
+        project: &str,
+        names: &[String],
+        members: &[String],
+        wanted: Wanted,
+    ) -> Vec<Option<Memory>> {
+        let _ = wanted;
+        self.read_placed(project, names, members).await
     }
 }
 
@@ -66,7 +79,20 @@ impl MemorySource for AutoSource {
         names: &[String],
         members: &[String],
     ) -> Vec<Option<Memory>> {
-        let out = self.cgroup.read(project, names).await;
+        self.read_wanted(project, names, members, Wanted::ALL).await
+    }
+
+    async fn read_wanted(
+        &self,
+        project: &str,
+        names: &[String],
+        members: &[String],
+        wanted: Wanted,
+    ) -> Vec<Option<Memory>> {
+        let out = self
+            .cgroup
+            .read_wanted(project, names, members, wanted)
+            .await;
         // The members of the names the cgroup files lack, in the order `fill_missing` asks.
         let placed: Vec<String> = members
             .iter()

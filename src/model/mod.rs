@@ -22,7 +22,9 @@ pub use headroom::{
     ExpectedUse, Headroom, HeadroomCheck, HostReserve, HostRoom, RESERVE_PERCENT_MAX,
 };
 pub use keys::{GROUP_KEY, OWNER_KEY, PROTECTED_KEY, UUID_KEY, WARM_KEY};
-pub use observation::{Foreign, InstanceStatus, Memory, Observation, ObservedInstance, Window};
+pub use observation::{
+    Foreign, InstanceStatus, Memory, Observation, ObservedInstance, Wanted, Window,
+};
 pub use plan::{Action, Cause, Note, Plan, Reason, SignalState, Summary};
 pub use spec::{
     DaemonSpec, DesiredState, ExternalSpec, GroupName, GroupSpec, MemorySourceKind, Policy,

@@ -31,6 +31,22 @@ impl Memory {
     }
 }
 
+/// What a reading is asked to hold besides memory: a group that does not scale on CPU or
+/// pressure does not pay for reading them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted {
+    pub cpu: bool,
+    pub pressure: bool,
+}
+
+impl Wanted {
+    /// Everything a source can tell.
+    pub const ALL: Wanted = Wanted {
+        cpu: true,
+        pressure: true,
+    };
+}
+
 /// The lifecycle state of an instance, as Incus reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InstanceStatus {
