@@ -112,3 +112,72 @@ fn real_a_schedule_window_open_now_raises_the_group_to_its_min() {
     lab.reload(&config(&g, 1, 4, ""));
     eventually(&lab, "back to the group's min", MINUTE, || running(&g) == 1);
 }
+
+/// A group on one signal besides idle memory, its instances capped at one CPU.
+fn cpu_group(g: &str, signal: &str) -> String {
+    format!(
+        r#"
+[daemon]
+interval = "1s"
+
+[groups.{g}]
+min = 1
+max = 3
+{signal}
+image = "busybox"
+scale_down_stabilization = "6s"
+stop_timeout = "1s"
+
+[groups.{g}.config]
+"limits.memory" = "64MiB"
+"limits.cpu" = "1"
+"#
+    )
+}
+
+/// A loop that spins while the instance runs, detached from the exec session; its pid noted.
+const SPIN: &str =
+    "busybox sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & echo $! >> /tmp/spin.pids";
+const STOP_SPIN: &str = "kill $(cat /tmp/spin.pids)";
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_a_busy_loop_grows_a_cpu_group_and_its_end_shrinks_it() {
+    let mut lab = Lab::new("cpu");
+    let g = lab.group.clone();
+    lab.start(&cpu_group(&g, "cpu_threshold = 50"));
+    eventually(&lab, "min (1) running", MINUTE, || running(&g) == 1);
+    let first = managed(&g)[0].0.clone();
+    // One instance at 100 % of its CPU for a 50 % target: ceil(1 × 100 / 50) = 2.
+    lab.exec(&first, SPIN);
+    eventually(&lab, "2 running for a busy CPU", MINUTE, || {
+        running(&g) >= 2
+    });
+    assert!(lab.log_count(&["cpu-above-threshold"]) > 0, "{}", lab.log());
+    lab.exec(&first, STOP_SPIN);
+    eventually(&lab, "back to 1 once idle", MINUTE, || running(&g) == 1);
+    assert!(lab.log_count(&["cpu-below-threshold"]) > 0, "{}", lab.log());
+}
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_pressure_alone_grows_a_group_whose_instance_waits_for_cpu() {
+    let mut lab = Lab::new("psi");
+    let g = lab.group.clone();
+    lab.start(&cpu_group(&g, "pressure_threshold = 5"));
+    eventually(&lab, "min (1) running", MINUTE, || running(&g) == 1);
+    let first = managed(&g)[0].0.clone();
+    // Three spinning loops on one CPU: each waits for the others.
+    for _ in 0..3 {
+        lab.exec(&first, SPIN);
+    }
+    eventually(&lab, "a second instance for the pressure", MINUTE, || {
+        running(&g) >= 2
+    });
+    assert!(
+        lab.log_count(&["pressure-above-threshold"]) > 0,
+        "{}",
+        lab.log()
+    );
+    lab.exec(&first, STOP_SPIN);
+}
