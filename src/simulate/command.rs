@@ -1,11 +1,13 @@
 //! The edge of `incus-hpa simulate`: reads the desired-state file and the trace, runs the
 //! chosen policies, prints the scores (table or JSON) and draws the plot. Exit status 1, with
-//! every problem located, for a bad file, an unknown group or a group without a memory limit.
+//! every problem located, for a bad file, an unknown group, a trace that does not fit the
+//! group's signals ([`super::fit`]) or a memory group without a memory limit. Notes (a signal
+//! without a column, `step` left out of `--compare`) go to stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::{simulate, svg, table, LoadModel, Plot, SimPolicy, Trace};
+use super::{fit, simulate_with, svg, table, Clock, LoadModel, Plot, SimPolicy, Trace};
 use crate::config::{self, DEFAULT_PATH};
 use crate::model::size::mib;
 
@@ -18,8 +20,9 @@ pub struct SimulateArgs {
     /// The group to simulate.
     #[arg(long)]
     pub group: String,
-    /// The demand trace: CSV with the header `t,demand_mib`, at most 30 days long and
-    /// 1,000,000 rows.
+    /// The trace: CSV with the header `t` and then any of `demand_mib`, `cpu_percent`,
+    /// `pressure` and `external` (one for each of the group's signals), at most 30 days long
+    /// and 1,000,000 rows.
     pub trace: PathBuf,
     /// The decision rule: the group's own, Kubernetes' defaults, or the Go lab's ±1 rule.
     #[arg(long, value_enum, default_value = "default")]
@@ -39,9 +42,15 @@ pub struct SimulateArgs {
     /// Also draw the run as an SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// Show the policy next to `kubernetes` and `step`.
+    /// Show the policy next to `kubernetes` and `step` (`step` reads memory only: it is left
+    /// out for a trace with other columns).
     #[arg(long)]
     pub compare: bool,
+    /// The instant of the trace's t = 0, RFC 3339, for the group's schedule windows (a window
+    /// without a timezone uses UTC).
+    #[arg(long, value_name = "RFC3339", default_value = crate::simulate::START,
+          value_parser = crate::simulate::parse_start)]
+    pub start: std::time::SystemTime,
 }
 
 /// How `simulate` prints its scores.
@@ -86,15 +95,36 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
                 }
             )
         })?;
-    let Some(threshold) = spec.memory_threshold else {
+    let text = std::fs::read_to_string(&args.trace)
+        .map_err(|e| format!("{}: cannot read the trace: {e}", args.trace.display()))?;
+    let trace = Trace::parse(&args.trace, &text).map_err(|e| e.to_string())?;
+    let notes = fit::check(spec, &trace, &args.trace)?;
+    if args.plot.is_some() && spec.memory_threshold.is_none() {
         return Err(format!(
-            "{file}: group {:?} has no memory_threshold: simulate replays a memory demand",
+            "--plot: the plot draws memory demand and utilization, and group {:?} has no \
+             memory_threshold",
             args.group
         ));
-    };
+    }
+    if args.policy == SimPolicy::Step && !fit::step_fits(&trace) {
+        return Err(format!(
+            "--policy step: the Go lab's ±1 rule reads memory only, and {} has other columns \
+             than `demand_mib`: use `default` or `kubernetes`",
+            args.trace.display()
+        ));
+    }
+    let clock = Clock::new(&spec.schedule, args.start)
+        .map_err(|e| format!("{file}: groups.{}: {e}", args.group))?;
     let limit_mib = match args.limit_mib {
         Some(l) if l.is_finite() && l > 0.0 => l,
         Some(l) => return Err(format!("--limit-mib {l}: must be a positive number of MiB")),
+        // Without memory as a signal, the limit only fills the readings the daemon's rules
+        // expect: the group's if it has a readable one, else 1 GiB.
+        None if spec.memory_threshold.is_none() => spec
+            .config
+            .get("limits.memory")
+            .and_then(|v| mib(v))
+            .unwrap_or(1024.0),
         None => {
             let key = format!("groups.{}.config.\"limits.memory\"", args.group);
             let value = spec.config.get("limits.memory").ok_or_else(|| {
@@ -111,9 +141,9 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
             args.base_mib
         ));
     }
-    let text = std::fs::read_to_string(&args.trace)
-        .map_err(|e| format!("{}: cannot read the trace: {e}", args.trace.display()))?;
-    let trace = Trace::parse(&args.trace, &text).map_err(|e| e.to_string())?;
+    for note in notes {
+        eprintln!("{note}");
+    }
     let model = LoadModel {
         limit_mib,
         base_mib: args.base_mib,
@@ -126,10 +156,18 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
                 .into_iter()
                 .filter(|p| *p != args.policy),
         );
+        if !fit::step_fits(&trace) {
+            eprintln!(
+                "{}: note: `step` is left out of the comparison: the Go lab's ±1 rule reads \
+                 memory only",
+                args.trace.display()
+            );
+            policies.retain(|p| *p != SimPolicy::Step);
+        }
     }
     let runs: Vec<_> = policies
         .iter()
-        .map(|p| simulate(spec, &trace, &model, *p))
+        .map(|p| simulate_with(spec, &trace, &model, *p, &clock))
         .collect();
     let scores: Vec<_> = runs.iter().map(|r| r.scores.clone()).collect();
     match (args.format, args.compare) {
@@ -150,7 +188,7 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
         let plot = Plot {
             title: &title,
             policy: spec.policy.as_str(),
-            threshold,
+            threshold: spec.memory_threshold.unwrap_or(100.0),
             min: spec.min,
             max: spec.max,
         };

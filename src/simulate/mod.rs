@@ -1,18 +1,36 @@
-//! `incus-hpa simulate`: replays a demand trace through the daemon's own decision code
+//! `incus-hpa simulate`: replays a trace through the daemon's own decision code
 //! ([`crate::decide::decide`], on a simulated clock) under a simple load model, and scores it.
 //!
 //! The load model: every instance has the group's memory limit L and a base use B that does not
-//! move with load. Demand D(t) is spread evenly over the ready instances, each using
-//! `B + D / ready` (observed capped at L); an instance is ready `warmup` after its creation and
-//! observed at B until then. The run starts with `min` ready instances. Decisions happen at
-//! t = 0 and every `interval`; creations and removals happen at once.
+//! move with load. Memory demand D(t) (`demand_mib`) is spread evenly over the ready instances,
+//! each using `B + D / ready` (observed capped at L); an instance is ready `warmup` after its
+//! creation and observed idle until then (memory B, no CPU, no pressure). The run starts with
+//! `min` ready instances. Decisions happen at t = 0, every `interval`, and when a schedule
+//! window opens or closes (as the daemon wakes then); creations and removals happen at once.
+//! The other columns of a trace (see [`Trace`]):
+//! - `cpu_percent` C(t): the group's CPU demand, in percent of one instance's CPU limit, spread
+//!   like memory: each ready instance runs at `min(100, C / ready)` %, and its CPU counter
+//!   (`cpu_ns`) grows by that share of the group's `cpu_limit` (1 CPU if unset) every second;
+//!   the daemon's rule turns the counters into rates between passes.
+//! - `pressure` P(t): the PSI value every ready instance shows; it does not fall as instances
+//!   are added (that is the point of the pressure rule).
+//! - `external` X(t): the value the group's programs print, the same for each of them.
 //!
-//! Scores, per second: `overload_s` (mean utilization of the ready instances above 1.1 × the
-//! threshold, or none ready), `oom_s` (at or above 100 %), `waste_instance_s` (instances above
-//! the ideal count `clamp(ceil(D / (threshold × L − B)), min, max)`), `churn` (instances created
-//! plus removed), `flips` (changes of direction between successive scalings), `peak`.
+//! A signal of the group without a column reads idle; a column for a signal the group does not
+//! have is refused ([`fit`]). Schedule windows are evaluated on the trace's clock ([`Clock`]).
+//!
+//! Scores, per second: `overload_s` (no instance ready; or the mean memory utilization of the
+//! ready instances above 1.1 × the memory threshold; or the CPU demand per ready instance,
+//! `C / ready`, above 1.1 × the CPU threshold or above 100 %), `oom_s` (memory at or above
+//! 100 %), `waste_instance_s` (instances above the ideal count: the highest of each signal's,
+//! `ceil(D / (threshold × L − B))` for memory, `ceil(C / cpu_threshold)` for CPU and
+//! `ceil(X / target)` for each external program, none for pressure; clamped to the `min` and
+//! `max` in force), `churn` (instances created plus removed), `flips` (changes of direction
+//! between successive scalings), `peak`. Pressure has no score of its own.
 
+mod clock;
 pub mod command;
+pub mod fit;
 mod plot;
 mod trace;
 
@@ -23,10 +41,11 @@ use tokio::time::Instant;
 
 use crate::decide::{decide, History};
 use crate::model::{
-    Action, GroupSpec, InstanceStatus, Memory, Observation, ObservedInstance, Policy,
+    Action, GroupSpec, InstanceStatus, Memory, Observation, ObservedInstance, Policy, Window,
 };
+pub use clock::{parse_start, start, Clock, START};
 pub use plot::{svg, Plot};
-pub use trace::{Trace, TraceError, MAX_TRACE_ROWS, MAX_TRACE_SECONDS};
+pub use trace::{Column, Reading, Trace, TraceError, MAX_TRACE_ROWS, MAX_TRACE_SECONDS};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -47,10 +66,12 @@ pub enum SimPolicy {
     /// The group as configured (its `policy`, windows, tolerance and interval).
     Default,
     /// The Kubernetes HPA with its defaults: 15 s period, tolerance 0.1, 300 s scale-down
-    /// stabilization, scale-up at most max(+4, +100 %) per 15 s.
+    /// stabilization, scale-up at most max(+4, +100 %) per 15 s; on the group's own signals
+    /// (the highest count any of them wants), and its schedule windows.
     Kubernetes,
-    /// The Go lab's rule: every 10 s, +1 when the mean is at or above the threshold, −1 when it
-    /// is below half of it.
+    /// The Go lab's rule: every 10 s, +1 when the mean memory use is at or above the threshold,
+    /// −1 when it is below half of it (within the bounds of the open schedule windows). Memory
+    /// only: it replays `t,demand_mib` traces only (see [`fit::step_fits`]).
     Step,
 }
 
@@ -96,15 +117,26 @@ pub struct Run {
     pub timeline: Vec<Second>,
 }
 
-/// One simulated instance: the `seq`-th created, at second `created`, ready from `ready_at`.
+/// One simulated instance: the `seq`-th created, at second `created`, ready from `ready_at`,
+/// with the CPU time it has used, ns.
 #[derive(Debug, Clone)]
 struct SimInstance {
     seq: u64,
     created: u64,
     ready_at: u64,
+    cpu_ns: u64,
 }
 
 impl SimInstance {
+    fn new(seq: u64, t: u64, warmup: u64) -> SimInstance {
+        SimInstance {
+            seq,
+            created: t,
+            ready_at: t + warmup,
+            cpu_ns: 0,
+        }
+    }
+
     fn name(&self) -> String {
         format!("sim-{}", self.seq)
     }
@@ -130,19 +162,48 @@ pub fn spec_for(spec: &GroupSpec, policy: SimPolicy) -> GroupSpec {
     }
 }
 
-/// Replays `trace` for the group `spec` under `model` with `policy`.
+/// Replays `trace` for the group `spec` under `model` with `policy`, from [`clock::start`].
+/// The config refuses a schedule whose windows do not compile: such a spec replays without
+/// them here ([`simulate_with`] and [`Clock::new`] say what is wrong).
 pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimPolicy) -> Run {
+    let clock = Clock::new(&spec.schedule, clock::start())
+        .unwrap_or_else(|_| Clock::without_windows(clock::start()));
+    simulate_with(spec, trace, model, policy, &clock)
+}
+
+/// The bounds in force: the group's, or those an open window sets (as the daemon's decision
+/// applies them: a window's `min` above the group's `max` raises the `max` with it).
+fn bounds(spec: &GroupSpec, window: Option<Window>) -> (u32, u32) {
+    let Some(w) = window else {
+        return (spec.min, spec.max);
+    };
+    let min = w.min.unwrap_or(spec.min);
+    let max = w.max.unwrap_or(spec.max).max(min);
+    (min.min(max), max)
+}
+
+/// [`simulate`] with the schedule windows of `clock`.
+pub fn simulate_with(
+    spec: &GroupSpec,
+    trace: &Trace,
+    model: &LoadModel,
+    policy: SimPolicy,
+    clock: &Clock,
+) -> Run {
     let spec = GroupSpec {
         warm_pool: 0,
         paused: false,
+        cpu_limit: Some(spec.cpu_limit.unwrap_or(1.0)),
         ..spec_for(spec, policy)
     };
     let (limit, base) = (model.limit_mib, model.base_mib.min(model.limit_mib));
     let warmup = model.warmup.as_secs_f64().ceil() as u64;
     let every = spec.interval.as_secs_f64().ceil().max(1.0) as u64;
-    // A group without a memory threshold is refused by the command; 100 % keeps this total.
+    // A group without a memory threshold has no memory demand; 100 % keeps this total.
     let threshold = spec.memory_threshold.unwrap_or(100.0);
     let per_instance = (threshold / 100.0 * limit - base).max(f64::MIN_POSITIVE);
+    // CPU time a second at 100 % of the group's CPU limit, ns.
+    let cpu_second = spec.cpu_limit.unwrap_or(1.0) * 1e9;
 
     let t0 = Instant::now();
     let mut history = History::default();
@@ -154,15 +215,27 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                 seq: created,
                 created: 0,
                 ready_at: 0,
+                cpu_ns: 0,
             }
         })
         .collect();
     let (mut churn, mut flips, mut last_direction) = (0u64, 0u64, 0i64);
     let (mut overload, mut oom, mut waste, mut peak) = (0u64, 0u64, 0u64, 0u32);
     let mut timeline = Vec::with_capacity(trace.seconds() as usize);
+    let (mut window, mut wake) = (None, Some(0));
+    let (mut min, mut max) = (spec.min, spec.max);
 
     for t in 0..trace.seconds() {
-        let demand = trace.demand(t as f64);
+        let now = trace.at(t as f64);
+        let demand = now.demand_mib.unwrap_or(0.0);
+        let cpu = now.cpu_percent.unwrap_or(0.0);
+        let mut changed = false;
+        if wake.is_some_and(|w| t >= w) {
+            let (open, next) = clock.at(t);
+            changed = open != window;
+            (window, wake) = (open, next);
+            (min, max) = bounds(&spec, window);
+        }
         let ready = instances.iter().filter(|i| i.ready_at <= t).count();
         let use_mib = |i: &SimInstance| {
             if i.ready_at <= t && ready > 0 {
@@ -171,7 +244,7 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                 base
             }
         };
-        if t % every == 0 {
+        if t % every == 0 || changed {
             let before = instances.len() as i64;
             match policy {
                 SimPolicy::Step => {
@@ -181,21 +254,20 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                         .sum::<f64>()
                         / instances.len().max(1) as f64;
                     let n = instances.len() as u32;
-                    let target = if instances.is_empty() || mean >= threshold {
+                    // A window that opens or closes between two steps only moves the bounds.
+                    let target = if t % every != 0 {
+                        n
+                    } else if instances.is_empty() || mean >= threshold {
                         n + 1
                     } else if mean < threshold / 2.0 {
                         n.saturating_sub(1)
                     } else {
                         n
                     };
-                    let target = target.clamp(spec.min, spec.max);
+                    let target = target.clamp(min, max);
                     while (instances.len() as u32) < target {
                         created += 1;
-                        instances.push(SimInstance {
-                            seq: created,
-                            created: t,
-                            ready_at: t + warmup,
-                        });
+                        instances.push(SimInstance::new(created, t, warmup));
                     }
                     instances.truncate(target as usize);
                 }
@@ -203,35 +275,42 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
                     let obs = Observation {
                         instances: instances
                             .iter()
-                            .map(|i| ObservedInstance {
-                                location: String::new(),
-                                name: i.name(),
-                                status: InstanceStatus::Running,
-                                created_at: i.created as i64 * 1_000_000_000 + i.seq as i64,
-                                since_start: Some(Duration::from_secs(t - i.created)),
-                                memory: Some(Memory {
-                                    usage: (use_mib(i) * MIB) as u64,
-                                    limit: (limit * MIB) as u64,
-                                    oom_kills: None,
-                                    ..Default::default()
-                                }),
-                                warm: false,
-                                protected: false,
+                            .map(|i| {
+                                let ready = i.ready_at <= t;
+                                ObservedInstance {
+                                    location: String::new(),
+                                    name: i.name(),
+                                    status: InstanceStatus::Running,
+                                    created_at: i.created as i64 * 1_000_000_000 + i.seq as i64,
+                                    since_start: Some(Duration::from_secs(t - i.created)),
+                                    memory: Some(Memory {
+                                        usage: (use_mib(i) * MIB) as u64,
+                                        limit: (limit * MIB) as u64,
+                                        oom_kills: None,
+                                        cpu_ns: spec.cpu_threshold.map(|_| i.cpu_ns),
+                                        pressure: spec.pressure_threshold.map(|_| {
+                                            if ready {
+                                                now.pressure.unwrap_or(0.0)
+                                            } else {
+                                                0.0
+                                            }
+                                        }),
+                                    }),
+                                    warm: false,
+                                    protected: false,
+                                }
                             })
                             .collect(),
+                        external: vec![Some(now.external.unwrap_or(0.0)); spec.external.len()],
+                        window,
                         ..Default::default()
                     };
-                    let now = t0 + Duration::from_secs(t);
-                    let plan = decide(&spec, &obs, &mut history, now);
+                    let plan = decide(&spec, &obs, &mut history, t0 + Duration::from_secs(t));
                     for action in plan.actions {
                         match action {
                             Action::Create { .. } => {
                                 created += 1;
-                                let new = SimInstance {
-                                    seq: created,
-                                    created: t,
-                                    ready_at: t + warmup,
-                                };
+                                let new = SimInstance::new(created, t, warmup);
                                 history.created(&new.name());
                                 instances.push(new);
                             }
@@ -259,13 +338,30 @@ pub fn simulate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, policy: SimP
         } else {
             (base + demand / ready as f64).min(limit) / limit * 100.0
         };
-        if ready == 0 || utilization > 1.1 * threshold {
+        // CPU demand per ready instance, percent of its limit (above 100: demand that waits).
+        let cpu_each = cpu / ready.max(1) as f64;
+        let cpu_over = spec
+            .cpu_threshold
+            .is_some_and(|c| cpu_each > (1.1 * c).min(100.0));
+        if ready == 0 || utilization > 1.1 * threshold || cpu_over {
             overload += 1;
         }
         if utilization >= 100.0 {
             oom += 1;
         }
-        let ideal = ((demand / per_instance).ceil() as u32).clamp(spec.min, spec.max);
+        for i in instances.iter_mut().filter(|i| i.ready_at <= t) {
+            i.cpu_ns = i
+                .cpu_ns
+                .saturating_add((cpu_each.min(100.0) / 100.0 * cpu_second) as u64);
+        }
+        let mut need = (demand / per_instance).ceil();
+        if let Some(c) = spec.cpu_threshold {
+            need = need.max((cpu / c).ceil());
+        }
+        for e in &spec.external {
+            need = need.max((now.external.unwrap_or(0.0) / e.target).ceil());
+        }
+        let ideal = (need as u32).clamp(min, max);
         let n = instances.len() as u32;
         waste += u64::from(n.saturating_sub(ideal));
         peak = peak.max(n);
@@ -325,3 +421,7 @@ pub fn table(rows: &[Scores]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "signals_tests.rs"]
+mod signals_tests;

@@ -6,11 +6,11 @@ use std::time::Duration;
 use super::*;
 use crate::decide::tests::spec;
 
-fn trace(text: &str) -> Trace {
+pub(super) fn trace(text: &str) -> Trace {
     Trace::parse(Path::new("t.csv"), text).unwrap()
 }
 
-const MODEL: LoadModel = LoadModel {
+pub(super) const MODEL: LoadModel = LoadModel {
     limit_mib: 64.0,
     base_mib: 4.0,
     warmup: Duration::from_secs(2),

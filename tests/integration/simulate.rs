@@ -1,15 +1,29 @@
 //! `incus-hpa simulate` on the decision-quality traces in `benches/traces/` (step, spike, slow
 //! ramp, fast oscillation, sawtooth, noisy plateau, a day in an hour; min 1, max 10, threshold
 //! 60, 64 MiB limits): the default policy against the two baselines, by the issue's yardstick,
-//! and the command's own behaviour (JSON, comparison, plot, located errors).
+//! and the command's own behaviour (JSON, comparison, plot, located errors); the scores of
+//! those memory traces pinned, and a CPU trace through the command.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use incus_hpa::model::GroupSpec;
 use incus_hpa::simulate::{simulate, LoadModel, SimPolicy, Trace};
 
 fn traces() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/traces")
+}
+
+/// The group of `benches/traces/group.toml` and the load model the traces are scored with.
+fn bench() -> (GroupSpec, LoadModel) {
+    let loaded = incus_hpa::config::load(&traces().join("group.toml")).unwrap();
+    let spec = loaded.state.groups.values().next().unwrap().clone();
+    let model = LoadModel {
+        limit_mib: 64.0,
+        base_mib: 4.0,
+        warmup: std::time::Duration::from_secs(2),
+    };
+    (spec, model)
 }
 
 const SHAPES: [&str; 7] = [
@@ -159,4 +173,105 @@ fn simulate_names_the_file_line_and_key_of_what_is_wrong() {
         e.contains("groups.bench.config.\"limits.memory\" is not set"),
         "{e}"
     );
+}
+
+/// (overload_s, oom_s, waste_instance_s, churn, flips, peak).
+type Pinned = (u64, u64, u64, u64, u64, u32);
+
+/// The scores of default, kubernetes and step on the seven `t,demand_mib` traces before traces
+/// had other columns: a memory trace replays exactly as it did.
+#[rustfmt::skip]
+const PINNED: [(&str, [Pinned; 3]); 7] = [
+    ("step", [(17, 2, 555, 18, 1, 10), (32, 32, 2010, 12, 1, 7), (52, 32, 210, 14, 1, 8)]),
+    ("spike", [(17, 17, 510, 18, 1, 10), (47, 32, 2580, 16, 1, 9), (60, 42, 150, 12, 1, 7)]),
+    ("ramp", [(0, 0, 705, 18, 1, 10), (16, 0, 2220, 14, 1, 9), (0, 0, 2730, 18, 1, 10)]),
+    ("oscillation", [(36, 4, 7500, 22, 2, 9), (19, 17, 4200, 6, 0, 7), (632, 330, 1400, 146, 28, 7)]),
+    ("sawtooth", [(0, 0, 2355, 28, 4, 9), (91, 0, 2910, 19, 4, 8), (4, 0, 620, 32, 4, 9)]),
+    ("noisy", [(2, 2, 1240, 7, 2, 6), (32, 17, 1205, 5, 0, 6), (22, 12, 1250, 5, 0, 6)]),
+    ("day", [(7, 0, 4925, 27, 5, 9), (79, 0, 4790, 25, 3, 9), (18, 0, 1680, 45, 20, 9)]),
+];
+
+#[test]
+fn memory_traces_score_exactly_as_before_the_other_columns() {
+    let (spec, model) = bench();
+    for (shape, pinned) in PINNED {
+        let path = traces().join(format!("{shape}.csv"));
+        let trace = Trace::parse(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
+        let scores: Vec<_> = [SimPolicy::Default, SimPolicy::Kubernetes, SimPolicy::Step]
+            .into_iter()
+            .map(|p| {
+                let s = simulate(&spec, &trace, &model, p).scores;
+                (
+                    s.overload_s,
+                    s.oom_s,
+                    s.waste_instance_s,
+                    s.churn,
+                    s.flips,
+                    s.peak,
+                )
+            })
+            .collect();
+        assert_eq!(scores, pinned, "{shape}");
+    }
+}
+
+#[test]
+fn simulate_replays_a_cpu_trace_and_leaves_step_out_of_the_comparison() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cpu.toml");
+    std::fs::write(
+        &config,
+        "[groups.api]\nmax = 8\ncpu_threshold = 50\nimage = \"b\"\n\
+         [groups.api.config]\n\"limits.cpu\" = \"2\"\n",
+    )
+    .unwrap();
+    let trace = dir.path().join("cpu.csv");
+    std::fs::write(&trace, "t,cpu_percent\n0,40\n60,300\n600,40\n1200,0\n").unwrap();
+    let run = |args: &[&str], trace: &Path| {
+        bin()
+            .args(["simulate", "--group", "api", "--config"])
+            .arg(&config)
+            .arg(trace)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--compare", "--format", "json"], &trace);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("`step` is left out of the comparison"),
+        "{stderr}"
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    let policies: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    assert_eq!(policies, ["default", "kubernetes"]);
+    // ceil(300 / 50) = 6 instances at the peak, for both rules.
+    assert!(rows.iter().all(|r| r["peak"] == 6), "{rows:?}");
+
+    // The step rule alone is refused, and so is a column the group has no signal for.
+    let out = run(&["--policy", "step"], &trace);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reads memory only"));
+    let memory = dir.path().join("memory.csv");
+    std::fs::write(&memory, "t,demand_mib\n0,10\n60,10\n").unwrap();
+    let out = run(&[], &memory);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        e.contains(&format!(
+            "{}:1: column `demand_mib`: group \"api\" has no memory_threshold",
+            memory.display()
+        )),
+        "{e}"
+    );
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "t,cpu,pressure\n0,1,1\n5,1,1\n").unwrap();
+    let e = String::from_utf8_lossy(&run(&[], &bad).stderr).into_owned();
+    assert!(
+        e.contains(&format!("{}:1: unknown column `cpu`", bad.display())),
+        "{e}"
+    );
+    assert!(String::from_utf8_lossy(&run(&["--start", "noon"], &trace).stderr).contains("noon"));
 }
