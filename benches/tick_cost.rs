@@ -5,6 +5,8 @@
 //!   - `list`:     incus-hpa 0.2's way: one filtered list per tick, memory from cgroup files;
 //!   - `informer`: the default now: the informer's cache (listed once, kept by events), memory
 //!     from cgroup files: no request at all;
+//!   - `informer+signals`: the same for a group that also scales on CPU and pressure (its
+//!     cgroup's `cpu.stat`, `cpu.pressure` and `memory.pressure` read too);
 //!   - `informer+api`: the cache, memory over the API (`memory_source = "api"`).
 //!
 //! Needs a real Incus with the `busybox` image (scripts/setup-incus.sh); creates N instances in
@@ -68,6 +70,12 @@ async fn main() {
         .build()
         .expect("http");
     let spec = spec(GROUP, "busybox");
+    let signals = incus_hpa::model::GroupSpec {
+        cpu_threshold: Some(50.0),
+        pressure_threshold: Some(20.0),
+        cpu_limit: Some(1.0),
+        ..spec.clone()
+    };
     let cgroup = CgroupSource::system();
     let api = ApiSource::new(incus.clone());
     let resync = Duration::from_secs(3600);
@@ -94,8 +102,8 @@ async fn main() {
             .expect("list");
 
         let mut rows = Vec::new();
-        for way in ["lab", "list", "informer", "informer+api"] {
-            let cheap = way == "informer";
+        for way in ["lab", "list", "informer", "informer+signals", "informer+api"] {
+            let cheap = way.starts_with("informer") && way != "informer+api";
             let k = if cheap { ticks * 50 } else { ticks };
             let req0 = client.requests();
             let (cpu0, own0, t0) = (incusd_cpu(), own_cpu(), Instant::now());
@@ -120,6 +128,11 @@ async fn main() {
                     }
                     "informer" => {
                         observe(incus.as_ref(), &cgroup, &store, &spec, resync)
+                            .await
+                            .expect("observe");
+                    }
+                    "informer+signals" => {
+                        observe(incus.as_ref(), &cgroup, &store, &signals, resync)
                             .await
                             .expect("observe");
                     }

@@ -73,7 +73,8 @@ impl CgroupSource {
                 stat_field(&v1.join("memory.stat"), "total_inactive_file"),
                 stat_field(&v1.join("memory.oom_control"), "oom_kill"),
                 // Hybrid: the v2 tree beside the v1 controllers. Pure v1: none.
-                Some(self.root.join("unified").join(&payload)).filter(|p| extra && p.is_dir()),
+                // (Not checked first: on pure v1 its files fail to open, one stat less here.)
+                Some(self.root.join("unified").join(&payload)).filter(|_| extra),
             )
         } else {
             let v2 = [
