@@ -102,7 +102,13 @@ async fn main() {
             .expect("list");
 
         let mut rows = Vec::new();
-        for way in ["lab", "list", "informer", "informer+signals", "informer+api"] {
+        for way in [
+            "lab",
+            "list",
+            "informer",
+            "informer+signals",
+            "informer+api",
+        ] {
             let cheap = way.starts_with("informer") && way != "informer+api";
             let k = if cheap { ticks * 50 } else { ticks };
             let req0 = client.requests();

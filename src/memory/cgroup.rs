@@ -118,7 +118,7 @@ impl CgroupSource {
             .join("cpuacct")
             .join(payload)
             .join("cpuacct.usage");
-        v2.and_then(|d| stat_field(&d.join("cpu.stat"), "usage_usec"))
+        v2.and_then(|d| field(&read_small(&d.join("cpu.stat"))?, "usage_usec"))
             .map(|us| us.saturating_mul(1000))
             .or_else(|| read_u64(&v1))
     }
@@ -148,11 +148,15 @@ fn read_u64(path: &Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-fn stat_field(path: &Path, field: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
+fn stat_field(path: &Path, name: &str) -> Option<u64> {
+    field(&std::fs::read_to_string(path).ok()?, name)
+}
+
+/// The value of `name` in a `KEY VALUE` per line text (`memory.stat`, `cpu.stat`).
+fn field(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
-        (k == field).then(|| v.trim().parse().ok()).flatten()
+        (k == name).then(|| v.trim().parse().ok()).flatten()
     })
 }
 
@@ -161,8 +165,22 @@ fn stat_field(path: &Path, field: &str) -> Option<u64> {
 fn pressure(dir: &Path) -> Option<f64> {
     ["cpu.pressure", "memory.pressure"]
         .into_iter()
-        .filter_map(|f| psi_some_avg10(&std::fs::read_to_string(dir.join(f)).ok()?))
+        .filter_map(|f| psi_some_avg10(&read_small(&dir.join(f))?))
         .reduce(f64::max)
+}
+
+/// A small cgroup file (a PSI file, `cpu.stat`) in one `read`, with neither the `fstat` nor the
+/// second `read` of [`std::fs::read_to_string`]: the kernel hands a seq file's whole text to a
+/// buffer that holds it. A file that fills the buffer is read again in full.
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut buf = [0u8; 1024];
+    let mut file = std::fs::File::open(path).ok()?;
+    let n = file.read(&mut buf).ok()?;
+    if n == buf.len() {
+        return std::fs::read_to_string(path).ok();
+    }
+    String::from_utf8(buf[..n].to_vec()).ok()
 }
 
 /// The "some avg10" of a PSI file (`some avg10=1.50 avg60=0.20 avg300=0.05 total=123`), in
