@@ -6,14 +6,13 @@
 
 mod incusd;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 use incus_hpa::incus::client::{UnixClient, DEFAULT_SOCKET};
 use incus_hpa::incus::{Incus, StateChange};
-use incus_hpa::model::{GroupName, GroupSpec, GROUP_KEY};
+use incus_hpa::model::{GroupSpec, GROUP_KEY};
 
 /// The CPU time (user + system) incusd has used so far: all its threads, and the helpers it
 /// forks and reaps (`incusd forknet …` renders each instance's state: most of the cost).
@@ -52,41 +51,16 @@ pub fn client() -> Arc<UnixClient> {
     Arc::new(UnixClient::new(&socket).expect("client"))
 }
 
-/// A group as the benchmarks configure it: busybox, 64 MiB, 1 s interval.
+/// A group as the benchmarks configure it: busybox, 64 MiB, 1 s interval, written as a
+/// desired-state file would (the parser fills in every default).
 pub fn spec(group: &str, image: &str) -> GroupSpec {
-    GroupSpec {
-        name: GroupName::parse(group).expect("name"),
-        min: 0,
-        max: 1000,
-        memory_threshold: Some(50.0),
-        cpu_threshold: None,
-        pressure_threshold: None,
-        tolerance_up: 0.1,
-        tolerance_down: 0.1,
-        cpu_limit: None,
-        external: vec![],
-        schedule: vec![],
-        image: image.into(),
-        instance_prefix: format!("{group}-"),
-        profiles: vec!["default".into()],
-        project: "default".into(),
-        config: BTreeMap::from([("limits.memory".into(), "64MiB".into())]),
-        scale_down_stabilization: Duration::from_secs(300),
-        scale_up_stabilization: Duration::ZERO,
-        max_scale_up_step: None,
-        max_scale_down_step: None,
-        stop_timeout: Duration::from_secs(1),
-        unhealthy_grace: Duration::from_secs(300),
-        restart_backoff: Duration::from_secs(10),
-        interval: Duration::from_secs(1),
-        warm_pool: 0,
-        paused: false,
-        scale_down_order: Default::default(),
-        policy: Default::default(),
-        drain_command: vec![],
-        drain_timeout: Duration::from_secs(30),
-        target: None,
-    }
+    let text = format!(
+        "[daemon]\ninterval = \"1s\"\n\n[groups.{group}]\nmin = 0\nmax = 1000\n\
+         memory_threshold = 50\nimage = {image:?}\nstop_timeout = \"1s\"\n\n\
+         [groups.{group}.config]\n\"limits.memory\" = \"64MiB\"\n"
+    );
+    let loaded = incus_hpa::config::parse(std::path::Path::new("bench"), &text).expect("spec");
+    loaded.state.groups.into_values().next().expect("the group")
 }
 
 /// The group's instances, as Incus lists them (exact key).
