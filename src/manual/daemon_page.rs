@@ -278,6 +278,11 @@ fn environment(p: &mut Page) {
             "The Incus unix socket, as --incus-socket gives it.",
         ),
         (
+            "TZ",
+            "The host's time zone, for schedule windows that name none (else /etc/localtime; \
+             UTC, said once, when neither tells).",
+        ),
+        (
             "RUST_LOG",
             "Which entries are logged: info by default; incus_hpa=debug also logs every \
              decision that repeats the previous one.",
