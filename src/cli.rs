@@ -8,7 +8,8 @@ use crate::config::DEFAULT_PATH;
 use crate::simulate::command::SimulateArgs;
 
 /// Horizontal autoscaler for Incus containers: keeps each group of instances between min and
-/// max, adding instances when their average memory use is above the group's threshold.
+/// max, adding instances when its signals ask (memory, CPU, pressure, a program's number) and
+/// removing them when they allow.
 #[derive(Debug, Parser)]
 #[command(name = "incus-hpa", version, about, propagate_version = true)]
 pub struct Cli {

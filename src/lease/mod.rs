@@ -14,7 +14,10 @@
 //! - A daemon takes a lease that is free, its own, expired (its end plus a drift margin is past
 //!   by the wall clock), or whose holder is **proven dead** ([`holder`]: same kernel boot and
 //!   PID namespace, and the PID no longer runs that process). Anything short of proof waits
-//!   the lease out. It renews every third of the lease's length.
+//!   the lease out. It renews every third of the lease's length. A lease it has just taken is
+//!   acted on only once the next round reads it back as its own ([`Standing::Confirming`]):
+//!   Incus' ETag check and write are two steps, and two writers at the same instant can both
+//!   be answered 200.
 //! - **Fencing by time**: it acts only until its lease's end less the margin, measured on a
 //!   clock that counts suspend (`CLOCK_BOOTTIME`) from before the read that led to the write.
 //!   A holder that cannot renew (Incus away, the process stopped, the host suspended) stops
@@ -49,6 +52,11 @@ pub enum Standing {
     Refused { why: String },
     /// Not known yet (not read, or Incus did not answer).
     Unknown,
+    /// It wrote itself into a lease that was free, expired or a dead holder's, and acts once a
+    /// later read still finds it there. Incus checks a profile's ETag and writes it in two
+    /// steps, so two daemons writing at the same instant can both be told they won; the next
+    /// read shows whose write stayed.
+    Confirming,
 }
 
 impl Standing {
@@ -60,6 +68,7 @@ impl Standing {
             Standing::Standby { holder } => Some(holder::short(holder).to_owned()),
             Standing::Refused { why } => Some(format!("nobody: {why}")),
             Standing::Unknown => Some("another daemon (not known yet)".to_owned()),
+            Standing::Confirming => Some("this daemon, once its new lease is confirmed".to_owned()),
         }
     }
 }
@@ -332,6 +341,11 @@ impl Leases {
         }
     }
 
+    /// How long after taking a lease the daemon reads it again to confirm it (one renewal).
+    pub fn confirm_after(&self) -> Duration {
+        self.lease / 3
+    }
+
     /// True while this daemon holds the lease of `group` of `project`: asked right before
     /// every step that changes something.
     pub fn holds(&self, project: &str, group: &str) -> bool {
@@ -385,7 +399,9 @@ impl Leases {
                 match verdict {
                     Claim::Take(r) => {
                         current.config.insert(key, r.value());
-                        taken.push(g.clone());
+                        // Still its own record: a renewal. Else a new lease, to be confirmed.
+                        let renewal = stored.as_ref().is_some_and(|s| s.holder == self.me);
+                        taken.push((g.clone(), renewal));
                     }
                     Claim::Wait | Claim::Skewed => {
                         let r = stored.unwrap_or_else(|| Record {
@@ -408,8 +424,13 @@ impl Leases {
             }
             let mut map = lock(&self.standing);
             let until = started + self.lease.saturating_sub(self.drift());
-            for g in taken {
-                map.insert((project.to_owned(), g), Standing::Held { until });
+            for (g, renewal) in taken {
+                let standing = if renewal {
+                    Standing::Held { until }
+                } else {
+                    Standing::Confirming
+                };
+                map.insert((project.to_owned(), g), standing);
             }
             for (g, holder) in others {
                 map.insert((project.to_owned(), g), Standing::Standby { holder });

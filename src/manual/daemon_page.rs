@@ -13,7 +13,7 @@ pub fn daemon_page() -> String {
     let mut p = Page::new("INCUS-HPA", "8", "System Administration");
     p.section("NAME");
     p.0.text([roman(
-        "incus-hpa - keep groups of Incus containers sized to their memory use",
+        "incus-hpa - keep groups of Incus containers sized to their load",
     )]);
     p.section("SYNOPSIS");
     p.0.text([
@@ -31,8 +31,9 @@ pub fn daemon_page() -> String {
     p.section("DESCRIPTION");
     p.para(
         "incus-hpa is a horizontal autoscaler for Incus containers. Its desired-state file, \
-         incus-hpa.toml(5), declares groups of instances: for each, min and max, the average \
-         memory use to keep them at, and the image and config to create them from. incus-hpa \
+         incus-hpa.toml(5), declares groups of instances: for each, min and max, what it scales \
+         on (memory, CPU, pressure, numbers a program prints, schedule windows), and the image \
+         and config to create them from. incus-hpa \
          run observes each group's instances through the Incus API at every interval, decides \
          how many there should be, and creates, starts or deletes instances until reality \
          matches. It only ever acts on instances it created for a group, never on missing data, \

@@ -18,8 +18,9 @@ pub fn file_page() -> String {
     p.section("DESCRIPTION");
     p.para(
         "The desired-state file declares the groups of Incus containers that incus-hpa(8) keeps \
-         running: for each group, how few and how many instances, the memory use to keep them \
-         at, and the image and config to create them from. The daemon compares it with what \
+         running: for each group, how few and how many instances, what it scales on (memory, \
+         CPU, pressure, numbers a program prints, schedule windows), and the image and config to \
+         create them from. The daemon compares it with what \
          Incus reports, at every interval, and creates, starts or deletes instances until they \
          match. It only ever acts on instances it created for a group.",
     );

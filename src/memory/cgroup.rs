@@ -13,11 +13,15 @@
 //!   (pure v1: no pressure either).
 //! - v2: `P/` (or `unified/P/`, wherever `memory.current` is) `memory.current`, `memory.max`,
 //!   `memory.stat`, `memory.events`, `cpu.stat`, `cpu.pressure`, `memory.pressure`.
+//!
+//! CPU time and pressure are read only for a group that scales on them, and on the real tree
+//! their three files stay open from one pass to the next ([`OpenFiles`]).
 
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
+use super::open_files::OpenFiles;
 use super::MemorySource;
 use crate::model::{Memory, Wanted};
 
@@ -25,6 +29,9 @@ use crate::model::{Memory, Wanted};
 pub struct CgroupSource {
     root: PathBuf,
     host_total: u64,
+    /// The signals' files kept open between passes (on the real cgroup tree only: a test's
+    /// tree of plain files is read afresh, since a plain file removed stays readable open).
+    open: Option<OpenFiles>,
 }
 
 impl CgroupSource {
@@ -34,14 +41,35 @@ impl CgroupSource {
             .ok()
             .and_then(|m| meminfo_total(&m))
             .unwrap_or(0);
-        Self::new("/sys/fs/cgroup", host_total)
+        Self {
+            open: Some(OpenFiles::default()),
+            ..Self::new("/sys/fs/cgroup", host_total)
+        }
     }
 
     pub fn new(root: impl Into<PathBuf>, host_total: u64) -> Self {
         Self {
             root: root.into(),
             host_total,
+            open: None,
         }
+    }
+
+    /// A small file of the signals: through the open files when kept, else read once.
+    fn small(&self, path: &Path) -> Option<String> {
+        match &self.open {
+            Some(open) => open.read(path),
+            None => read_small(path),
+        }
+    }
+
+    /// The higher "some avg10" of `dir`'s `cpu.pressure` and `memory.pressure`, of those that
+    /// are there and readable.
+    fn pressure(&self, dir: &Path) -> Option<f64> {
+        ["cpu.pressure", "memory.pressure"]
+            .into_iter()
+            .filter_map(|f| psi_some_avg10(&self.small(&dir.join(f))?))
+            .reduce(f64::max)
     }
 
     /// The cgroup directory name LXC gives an instance of a project.
@@ -106,7 +134,10 @@ impl CgroupSource {
             } else {
                 None
             },
-            pressure: v2.as_deref().filter(|_| wanted.pressure).and_then(pressure),
+            pressure: v2
+                .as_deref()
+                .filter(|_| wanted.pressure)
+                .and_then(|d| self.pressure(d)),
         })
     }
 
@@ -118,7 +149,7 @@ impl CgroupSource {
             .join("cpuacct")
             .join(payload)
             .join("cpuacct.usage");
-        v2.and_then(|d| field(&read_small(&d.join("cpu.stat"))?, "usage_usec"))
+        v2.and_then(|d| field(&self.small(&d.join("cpu.stat"))?, "usage_usec"))
             .map(|us| us.saturating_mul(1000))
             .or_else(|| read_u64(&v1))
     }
@@ -158,15 +189,6 @@ fn field(text: &str, name: &str) -> Option<u64> {
         let (k, v) = l.split_once(' ')?;
         (k == name).then(|| v.trim().parse().ok()).flatten()
     })
-}
-
-/// The higher "some avg10" of `dir`'s `cpu.pressure` and `memory.pressure`, of those that are
-/// there and readable.
-fn pressure(dir: &Path) -> Option<f64> {
-    ["cpu.pressure", "memory.pressure"]
-        .into_iter()
-        .filter_map(|f| psi_some_avg10(&read_small(&dir.join(f))?))
-        .reduce(f64::max)
 }
 
 /// A small cgroup file (a PSI file, `cpu.stat`) in one `read`, with neither the `fstat` nor the

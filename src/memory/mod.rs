@@ -18,6 +18,7 @@
 
 mod api;
 mod cgroup;
+mod open_files;
 
 use std::sync::Arc;
 

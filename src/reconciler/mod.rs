@@ -260,16 +260,19 @@ impl Reconciler {
     /// Reconciles every group due at `now`, concurrently.
     pub async fn run_due(&mut self, now: Instant) {
         // A due group whose lease this daemon has not read yet (at start, or after it ran
-        // out) gets one round of its project's leases now rather than at the next renewal.
+        // out), or has just taken and not read back, gets one round of its project's leases
+        // now rather than at the next renewal.
         let unknown: BTreeSet<String> = self
             .groups
             .values()
             .filter(|g| g.next <= now)
             .filter(|g| {
-                self.ctx
-                    .leases
-                    .standing(&g.spec.project, g.spec.name.as_str())
-                    == Standing::Unknown
+                matches!(
+                    self.ctx
+                        .leases
+                        .standing(&g.spec.project, g.spec.name.as_str()),
+                    Standing::Unknown | Standing::Confirming
+                )
             })
             .map(|g| g.spec.project.clone())
             .collect();

@@ -132,7 +132,12 @@ pub(super) async fn reconcile(
         standby: standby.clone(),
     };
     if standby.is_some() || plan.actions.is_empty() {
-        return Ok((summary, sooner(plan.requeue_in, window_change), Vec::new()));
+        // A lease just taken is read back one renewal later: look again then.
+        let confirm = (ctx.leases.standing(&spec.project, spec.name.as_str())
+            == crate::lease::Standing::Confirming)
+            .then(|| ctx.leases.confirm_after());
+        let requeue = sooner(sooner(plan.requeue_in, window_change), confirm);
+        return Ok((summary, requeue, Vec::new()));
     }
     let (project, group) = (spec.project.as_str(), spec.name.as_str());
     let fence = || ctx.leases.holds(project, group);

@@ -68,6 +68,9 @@ struct State {
     projects: BTreeMap<String, (LeaseHome, u64)>,
     /// The next project writes meet another writer first (HTTP 412).
     put_conflicts: u32,
+    /// Writes of the lease store that pass whatever their ETag (Incus checks and writes in two
+    /// steps: two writers at the same instant can both be told they won).
+    stale_puts_pass: u32,
     /// Lease writes are refused (HTTP 403), as for a certificate without the right.
     leases_refused: bool,
     /// Creations happen, but their wait ends before Incus tells how (a slow image unpack).
@@ -740,13 +743,15 @@ impl Incus for FakeIncus {
         Ok(self.with(|s| {
             let raced = s.put_conflicts > 0;
             s.put_conflicts = s.put_conflicts.saturating_sub(1);
+            let stale_passes = s.stale_puts_pass > 0;
+            s.stale_puts_pass = s.stale_puts_pass.saturating_sub(1);
             let entry = s.projects.entry(project.to_owned()).or_default();
             if raced {
                 // Another daemon's write got in first.
                 entry.1 += 1;
                 return false;
             }
-            if format!("v{}", entry.1) != new.etag {
+            if format!("v{}", entry.1) != new.etag && !stale_passes {
                 return false;
             }
             // What a PUT of a profile replaces; `used_by` is Incus' own.
@@ -779,6 +784,12 @@ impl FakeIncus {
     /// Refuses lease writes (HTTP 403), or stops refusing them.
     pub fn refuse_leases(&self, refused: bool) {
         self.with(|s| s.leases_refused = refused);
+    }
+
+    /// Lets the next `n` lease store writes pass even with an old ETag, as two writers at the
+    /// same instant can both be answered 200 by Incus.
+    pub fn pass_stale_puts(&self, n: u32) {
+        self.with(|s| s.stale_puts_pass = n);
     }
 
     /// Makes the next `n` project writes lose a race with another writer.

@@ -98,8 +98,14 @@ async fn a_renewal_that_loses_a_race_reads_again() {
         Clocks::tokio(),
     );
     let groups = ["web".to_owned()];
-    // Two lost races, then the write goes through: held.
+    // Two lost races, then the write goes through: taken, and held once read back.
     fake.conflict_next_puts(2);
+    leases
+        .renew(fake.as_ref(), "default", &groups)
+        .await
+        .unwrap();
+    assert_eq!(leases.standing("default", "web"), Standing::Confirming);
+    assert!(!leases.holds("default", "web"));
     leases
         .renew(fake.as_ref(), "default", &groups)
         .await
@@ -121,7 +127,7 @@ async fn a_renewal_that_loses_a_race_reads_again() {
         .await
         .unwrap();
     assert_eq!(other.standing("db", "db"), Standing::Unknown);
-    assert_eq!(fake.calls("put_leases"), 6);
+    assert_eq!(fake.calls("put_leases"), 7);
 }
 
 #[tokio::test(start_paused = true)]
@@ -266,13 +272,63 @@ async fn a_holder_stops_acting_when_a_clock_that_counts_suspend_says_its_lease_r
         Duration::from_secs(15),
         clocks,
     );
-    leases
-        .renew(fake.as_ref(), "default", &["web".to_owned()])
-        .await
-        .unwrap();
+    for _ in 0..2 {
+        // Taken, then read back: held.
+        leases
+            .renew(fake.as_ref(), "default", &["web".to_owned()])
+            .await
+            .unwrap();
+    }
     assert!(leases.holds("default", "web"));
     // The host sleeps for a minute: on waking, not a single step more.
     boot.fetch_add(60, Ordering::SeqCst);
     assert!(!leases.holds("default", "web"));
     assert_eq!(leases.standing("default", "web"), Standing::Unknown);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_just_taken_is_acted_on_only_once_read_back_as_its_own() {
+    use incus_hpa::incus::Incus;
+    use incus_hpa::lease::{Clocks, Leases, Standing};
+    let fake = Arc::new(FakeIncus::default());
+    let a = Leases::with(
+        "host-a:1:aaaa".into(),
+        None,
+        Duration::from_secs(15),
+        Clocks::tokio(),
+    );
+    let groups = ["web".to_owned()];
+    // A takes the free lease; B's write, made from the same read as A's, is answered 200 too
+    // (Incus checks the ETag and writes in two steps) and lands last.
+    let before = fake.leases("default").await.unwrap();
+    a.renew(fake.as_ref(), "default", &groups).await.unwrap();
+    assert_eq!(a.standing("default", "web"), Standing::Confirming);
+    assert!(!a.holds("default", "web"), "acted on a lease not read back");
+    let mut b_write = before;
+    b_write.config.insert(
+        "user.incus-hpa.lease.web".into(),
+        format!(
+            "host-b:2:bbbb until={}",
+            incus_hpa::lease::wall_ms() + 15_000
+        ),
+    );
+    fake.pass_stale_puts(1);
+    assert!(fake.put_leases("default", &b_write).await.unwrap());
+    // A's next round reads B's write: A stands by, and never acted.
+    a.renew(fake.as_ref(), "default", &groups).await.unwrap();
+    assert!(matches!(
+        a.standing("default", "web"),
+        Standing::Standby { .. }
+    ));
+    assert!(!a.holds("default", "web"));
+    // Without the other write, the next round confirms it.
+    let c = Leases::with(
+        "host-c:3:cccc".into(),
+        None,
+        Duration::from_secs(15),
+        Clocks::tokio(),
+    );
+    c.renew(fake.as_ref(), "other", &groups).await.unwrap();
+    c.renew(fake.as_ref(), "other", &groups).await.unwrap();
+    assert!(c.holds("other", "web"));
 }

@@ -439,6 +439,20 @@ fn member_available(m: &str) -> u64 {
 fn restart_incusd(m: &str) {
     cluster_sh(&["exec", m, "systemctl", "restart", "incus.service"]);
     cluster_sh(&["start-member", m]);
+    // ONLINE is not yet ready to answer for its resources ("Server isn't ready yet").
+    let deadline = std::time::Instant::now() + MINUTE;
+    let path = format!("/1.0/resources?target={m}");
+    while !Command::new("bash")
+        .args(["scripts/cluster.sh", "exec", "m1", "incus", "query", &path])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{m}'s incusd does not answer for its resources a minute after its restart"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Where a member's made-up memory figures are kept while it is taken.

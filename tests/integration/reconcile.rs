@@ -184,8 +184,10 @@ async fn a_bad_reload_keeps_the_last_good_state_and_a_removed_group_is_left_alon
 async fn shutdown_finishes_the_action_in_flight_and_starts_no_new_one() {
     let one_at_a_time = web(5, 5).replace("[daemon]", "[daemon]\nmax_parallel_actions = 1");
     let h = Harness::start(&one_at_a_time, Arc::new(FakeIncus::default()));
-    // Creations take 200 ms each: ask to stop during the third one.
-    run_for(CREATE_TIME * 5 / 2).await;
+    // Creations take 200 ms each, from when the lease is confirmed: ask to stop during the
+    // third one (the first is seen within 100 ms of its start).
+    eventually("the first creation", MINUTE, || h.fake.calls("create") >= 1).await;
+    run_for(CREATE_TIME * 2).await;
     let Harness {
         events, task, fake, ..
     } = h;
@@ -202,8 +204,10 @@ async fn shutdown_finishes_the_action_in_flight_and_starts_no_new_one() {
 #[tokio::test(start_paused = true)]
 async fn actions_run_four_at_a_time_and_a_shutdown_lets_those_in_flight_finish() {
     let h = Harness::start(&web(10, 10), Arc::new(FakeIncus::default()));
-    // Four creations at once (the default), 200 ms each: stop during the second wave.
-    run_for(CREATE_TIME * 3 / 2).await;
+    // Four creations at once (the default), 200 ms each: stop during the second wave (the
+    // first is seen within 100 ms of its start).
+    eventually("the first wave", MINUTE, || h.fake.calls("create") >= 1).await;
+    run_for(CREATE_TIME).await;
     assert_eq!(h.fake.calls("create"), 8, "two waves of four");
     let Harness {
         events, task, fake, ..
