@@ -93,6 +93,14 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
         Some(why) if why.starts_with("nobody: ") => format!(
             "standby (this project's lease store cannot be used; nothing is done here): {msg}"
         ),
+        Some(me)
+            if me
+                == crate::lease::Standing::Confirming
+                    .standby()
+                    .unwrap_or_default() =>
+        {
+            format!("confirming the lease it has just taken (nothing is done until the next round reads it back): {msg}")
+        }
         Some(holder) => format!("standby ({holder} holds the lease; nothing is done here): {msg}"),
         None => msg,
     };
