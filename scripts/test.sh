@@ -29,15 +29,15 @@ echo "== a three-member Incus cluster in nested containers, for the cluster test
 started=$SECONDS
 bash scripts/cluster.sh up >/dev/null
 echo "cluster up in $((SECONDS - started)) s"
-echo "== the real-Incus tests, the cluster's among them (one at a time)"
-cargo test --locked --test integration -- --ignored --test-threads=1
+echo "== the real-Incus tests, the cluster's among them (one at a time, each in its own process, at most 10 min each)"
+bash scripts/each-test.sh integration 600
 # The members' memory and CPU are not needed by what follows (the image stays cached).
 bash scripts/cluster.sh down
 
 echo "== fault suite (real Incus through a fault proxy, SIGKILL, incusd stopped for 30 s; one at a time)"
 table=target/tmp/faults-table.md
 rm -f "$table"
-cargo test --locked --test faults -- --include-ignored --test-threads=1
+bash scripts/each-test.sh faults 600 '' -- --include-ignored
 echo "| scenario | unmanaged touched | orphans left | scale-downs on missing data | panics | converged after the fault |"
 echo "|---|---|---|---|---|---|"
 cat "$table"

@@ -141,6 +141,8 @@ pub(super) async fn reconcile(
     }
     let (project, group) = (spec.project.as_str(), spec.name.as_str());
     let fence = || ctx.leases.holds(project, group);
+    // No lease is written while they run (Incus 6.0 can stall a start written beside).
+    let acting = ctx.leases.acting().await;
     let applied = act::apply(
         &act::Ctx {
             incus: ctx.incus.as_ref(),
@@ -153,6 +155,7 @@ pub(super) async fn reconcile(
         parallel,
     )
     .await;
+    drop(acting);
     let done = Instant::now();
     let mut requeue_in = sooner(plan.requeue_in, window_change);
     if applied.fenced > 0 {

@@ -58,6 +58,8 @@ struct State {
     /// [`FakeIncus::overlaps`]).
     creating: usize,
     overlaps: u64,
+    /// Lease store writes that came while a creation was in flight ([`FakeIncus::lease_writes_beside_creations`]).
+    lease_writes_beside: u64,
     /// Drain commands run, by instance; their exit status; how long they take.
     drains: Vec<(String, Vec<String>)>,
     drain_exit: i64,
@@ -737,6 +739,7 @@ impl Incus for FakeIncus {
 
     async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
         self.call("put_leases")?;
+        self.with(|s| s.lease_writes_beside += u64::from(s.creating > 0));
         if self.with(|s| s.leases_refused) {
             return Err(api(403, "Certificate is restricted"));
         }
@@ -876,6 +879,12 @@ impl FakeIncus {
     }
 
     /// How many stops and deletes began while a creation was under way.
+    /// How many lease store writes came while a creation was in flight (Incus 6.0 can stall
+    /// a start beside a profile write).
+    pub fn lease_writes_beside_creations(&self) -> u64 {
+        self.with(|s| s.lease_writes_beside)
+    }
+
     pub fn overlaps(&self) -> u64 {
         self.with(|s| s.overlaps)
     }

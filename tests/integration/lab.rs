@@ -8,11 +8,38 @@ use std::time::{Duration, Instant};
 
 pub const KEY: &str = "user.incus-hpa.group";
 
+/// Longest any `incus` command of a test may take: past it the command is killed and the
+/// test fails with what was asked. Incus 6.0 can leave an instance whose start failed
+/// stuck, after which every stop or delete of it waits forever; no test may wait with it.
+pub const INCUS_CALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// `incus ARGS…`, killed after [`INCUS_CALL_LIMIT`] (exit status 124 then, and a stderr that
+/// says so).
 pub fn incus(args: &[&str]) -> Output {
-    Command::new("incus")
+    incus_within(args, INCUS_CALL_LIMIT)
+}
+
+/// `incus ARGS…`, killed after `limit`.
+pub fn incus_within(args: &[&str], limit: Duration) -> Output {
+    let mut out = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            &format!("{}s", limit.as_secs().max(1)),
+            "incus",
+        ])
         .args(args)
         .output()
-        .expect("the incus CLI is not installed")
+        .expect("the incus CLI is not installed");
+    if out.status.code() == Some(124) || out.status.code() == Some(137) {
+        out.stderr.extend_from_slice(
+            format!(
+                "\n(incus {args:?} did not answer within {limit:?}: killed; `incus operation \
+                 list` shows what Incus waits for)"
+            )
+            .as_bytes(),
+        );
+    }
+    out
 }
 
 pub fn incus_ok(args: &[&str]) -> String {
@@ -27,8 +54,8 @@ pub fn incus_ok(args: &[&str]) -> String {
 
 /// Fails (never skips) when no usable Incus is there.
 pub fn require_incus() {
-    let out = Command::new("incus")
-        .args(["image", "show", "busybox"])
+    let out = Command::new("timeout")
+        .args(["60", "incus", "image", "show", "busybox"])
         .output();
     match out {
         Ok(o) if o.status.success() => {}
@@ -46,13 +73,23 @@ pub fn require_incus() {
 /// config, created_at). Never `incus list` or `incus info`: they render every instance's state
 /// (recursion 2), which on Incus 6.0 can stall starts running at the same time for 90 s.
 pub fn instances(project: &str) -> Vec<serde_json::Value> {
-    let json = incus_ok(&[
-        "query",
-        &format!("/1.0/instances?recursion=1&project={project}"),
-    ]);
-    match serde_json::from_str(&json).unwrap() {
-        serde_json::Value::Array(list) => list,
-        other => panic!("not a list of instances: {other}"),
+    try_instances(project).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`instances`], or what went wrong.
+pub fn try_instances(project: &str) -> Result<Vec<serde_json::Value>, String> {
+    let path = format!("/1.0/instances?recursion=1&project={project}");
+    let out = incus(&["query", &path]);
+    if !out.status.success() {
+        return Err(format!(
+            "incus query {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    match serde_json::from_slice(&out.stdout) {
+        Ok(serde_json::Value::Array(list)) => Ok(list),
+        Ok(other) => Err(format!("not a list of instances: {other}")),
+        Err(e) => Err(format!("incus query {path}: {e}")),
     }
 }
 
@@ -300,23 +337,35 @@ impl Drop for Lab {
         let prefix = format!("{}-", self.group);
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut quiet_since = Instant::now();
+        let mut stuck = Vec::new();
         while Instant::now() < deadline && quiet_since.elapsed() < Duration::from_secs(2) {
-            let mut names: Vec<String> = managed(&self.group).into_iter().map(|(n, _)| n).collect();
-            names.extend(
-                instances("default")
-                    .iter()
-                    .filter_map(|i| i["name"].as_str())
-                    .filter(|n| n.starts_with(&prefix))
-                    .map(str::to_owned),
-            );
+            // Never a panic here (a Drop while a failed test unwinds would abort the run).
+            let listed = try_instances("default").unwrap_or_default();
+            let mut names: Vec<String> = listed
+                .iter()
+                .filter(|i| {
+                    i["config"][KEY].as_str() == Some(self.group.as_str())
+                        || i["name"].as_str().is_some_and(|n| n.starts_with(&prefix))
+                })
+                .filter_map(|i| i["name"].as_str())
+                .map(str::to_owned)
+                .collect();
             names.append(&mut self.extra);
             names.sort();
             names.dedup();
+            names.retain(|n| !stuck.contains(n));
             if !names.is_empty() {
                 quiet_since = Instant::now();
             }
             for n in names {
-                let _ = incus(&["delete", "--force", &n]);
+                let out = incus_within(&["delete", "--force", &n], Duration::from_secs(30));
+                if out.status.code() == Some(124) || out.status.code() == Some(137) {
+                    eprintln!(
+                        "cleanup: incus delete --force {n} did not end within 30 s (an instance \
+                         Incus left stuck); left behind"
+                    );
+                    stuck.push(n);
+                }
             }
             std::thread::sleep(Duration::from_millis(250));
         }
