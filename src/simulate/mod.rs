@@ -31,6 +31,7 @@
 mod clock;
 pub mod command;
 pub mod fit;
+pub mod generate;
 mod plot;
 mod trace;
 

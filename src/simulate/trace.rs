@@ -266,6 +266,28 @@ impl Trace {
         }
     }
 
+    /// A `t,demand_mib` trace of one value per second (MiB), one row per change and one at
+    /// the end, as [`super::generate::csv`] writes it.
+    pub fn from_demand(demand: &[f64]) -> Trace {
+        let (mut times, mut values) = (Vec::new(), Vec::new());
+        for (t, d) in demand.iter().enumerate() {
+            if values.last() != Some(d) {
+                times.push(t as f64);
+                values.push(*d);
+            }
+        }
+        if let Some(d) = demand.last() {
+            times.push(demand.len() as f64);
+            values.push(*d);
+        }
+        Trace {
+            header_line: 1,
+            columns: vec![Column::DemandMib],
+            times,
+            values,
+        }
+    }
+
     /// The header's line in the file.
     pub fn header_line(&self) -> usize {
         self.header_line
