@@ -1,15 +1,21 @@
-//! The edge of `incus-hpa simulate`: reads the desired-state file and the trace, runs the
-//! chosen policies, prints the scores (table or JSON) and draws the plot. Exit status 1, with
-//! every problem located, for a bad file, an unknown group, a trace that does not fit the
-//! group's signals ([`super::fit`]) or a memory group without a memory limit. Notes (a signal
-//! without a column, `step` left out of `--compare`) go to stderr.
+//! The edge of `incus-hpa simulate`: reads the desired-state file and the trace (a file, or one
+//! generated from a family and a seed), runs the chosen policies, prints the scores (table or
+//! JSON) and draws the plot; with `--family` and no `--seed`, runs a family's seeds and prints
+//! the distribution of the default policy's cost against the better baseline
+//! ([`super::families`]). Exit status 1, with every problem located, for a bad file, an
+//! unknown group or family, a trace that does not fit the group's signals ([`super::fit`]) or
+//! a memory group without a memory limit. Notes (a signal without a column, `step` left out of
+//! `--compare`) go to stderr.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use super::families::{self, Distribution, Outcome};
+use super::generate::{self, Family};
 use super::{fit, simulate_with, svg, table, Clock, LoadModel, Plot, SimPolicy, Trace};
 use crate::config::{self, DEFAULT_PATH};
 use crate::model::size::mib;
+use crate::model::GroupSpec;
 
 /// `incus-hpa simulate`: see [`crate::simulate`] for the load model and the scores.
 #[derive(Debug, clap::Args)]
@@ -22,8 +28,9 @@ pub struct SimulateArgs {
     pub group: String,
     /// The trace: CSV with the header `t` and then any of `demand_mib`, `cpu_percent`,
     /// `pressure` and `external` (one for each of the group's signals), at most 30 days long
-    /// and 1,000,000 rows.
-    pub trace: PathBuf,
+    /// and 1,000,000 rows. Not with `--family`, which generates the traces.
+    #[arg(required_unless_present = "family", conflicts_with = "family")]
+    pub trace: Option<PathBuf>,
     /// The decision rule: the group's own, Kubernetes' defaults, or the Go lab's ±1 rule.
     #[arg(long, value_enum, default_value = "default")]
     pub policy: crate::simulate::SimPolicy,
@@ -51,6 +58,28 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "RFC3339", default_value = crate::simulate::START,
           value_parser = crate::simulate::parse_start)]
     pub start: std::time::SystemTime,
+    /// Replays generated memory traces instead of a file: a family of shapes (`steps`,
+    /// `spikes`, `ramps`, `sawtooth-up`, `sawtooth-down`, `sines`, `noise`, `daily`, `bursts`,
+    /// `sums`) or `all`, each trace 1 to 6 hours, its demand scaled to what the group's `max`
+    /// holds at its threshold. Without `--seed`: runs `--seeds` traces of each family with the
+    /// group's policy, `kubernetes` and `step`, and prints per family the distribution of the
+    /// ratio of the policy's cost to the better baseline's (median, 95th percentile, worst,
+    /// with its seed), the family's total ratio (sum of costs over sum of the better
+    /// baselines'), and on how many traces the policy was OOM longer than the better baseline.
+    #[arg(long, value_name = "NAME|all")]
+    pub family: Option<String>,
+    /// With `--family`: how many traces of each family to run, seeds 0 to N − 1.
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub seeds: u64,
+    /// With `--family NAME`: replays that family's trace number S alone, as a trace file is
+    /// replayed (scores, `--compare`, `--plot`): how a worst seed is looked at.
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
+    /// With `--family NAME --seed S`: also writes the generated trace, as CSV a trace file
+    /// can be (`t,demand_mib`).
+    #[arg(long, value_name = "FILE.csv", requires = "seed")]
+    pub trace_out: Option<PathBuf>,
 }
 
 /// How `simulate` prints its scores.
@@ -95,26 +124,64 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
                 }
             )
         })?;
-    let text = std::fs::read_to_string(&args.trace)
-        .map_err(|e| format!("{}: cannot read the trace: {e}", args.trace.display()))?;
-    let trace = Trace::parse(&args.trace, &text).map_err(|e| e.to_string())?;
-    let notes = fit::check(spec, &trace, &args.trace)?;
-    if args.plot.is_some() && spec.memory_threshold.is_none() {
-        return Err(format!(
-            "--plot: the plot draws memory demand and utilization, and group {:?} has no \
-             memory_threshold",
-            args.group
-        ));
+    let model = model(args, spec)?;
+    let (trace_path, trace) = match (&args.family, &args.trace) {
+        (Some(name), _) => {
+            let chosen = family_list(name)?;
+            if spec.memory_threshold.is_none() {
+                return Err(format!(
+                    "--family: generated traces are memory demand, and group {:?} has no \
+                     memory_threshold",
+                    args.group
+                ));
+            }
+            let Some(seed) = args.seed else {
+                return run_families(args, spec, &model, &chosen);
+            };
+            let [family] = chosen[..] else {
+                return Err(format!(
+                    "--seed {seed}: name the family whose trace to replay ({})",
+                    Family::names()
+                ));
+            };
+            let demand = families::trace(spec, &model, family, seed).unwrap_or_default();
+            if let Some(out) = &args.trace_out {
+                std::fs::write(out, generate::csv(family, seed, &demand))
+                    .map_err(|e| format!("{}: cannot write the trace: {e}", out.display()))?;
+            }
+            let name = PathBuf::from(format!("{}-{seed}.csv", family.name()));
+            (name, Trace::from_demand(&demand))
+        }
+        (None, _) if args.seed.is_some() => {
+            return Err("--seed: replays a generated trace: name its --family".into())
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("{}: cannot read the trace: {e}", path.display()))?;
+            let trace = Trace::parse(path, &text).map_err(|e| e.to_string())?;
+            (path.clone(), trace)
+        }
+        (None, None) => return Err("simulate: name a trace file or a --family".into()),
+    };
+    replay(args, spec, &model, &trace_path, &trace)
+}
+
+/// The families `name` stands for: one, or every one for `all`.
+fn family_list(name: &str) -> Result<Vec<Family>, String> {
+    if name == "all" {
+        return Ok(Family::ALL.to_vec());
     }
-    if args.policy == SimPolicy::Step && !fit::step_fits(&trace) {
-        return Err(format!(
-            "--policy step: the Go lab's ±1 rule reads memory only, and {} has other columns \
-             than `demand_mib`: use `default` or `kubernetes`",
-            args.trace.display()
-        ));
-    }
-    let clock = Clock::new(&spec.schedule, args.start)
-        .map_err(|e| format!("{file}: groups.{}: {e}", args.group))?;
+    Family::named(name).map(|f| vec![f]).ok_or_else(|| {
+        format!(
+            "--family {name:?}: no such family (families: {}, or all)",
+            Family::names()
+        )
+    })
+}
+
+/// The load model of the arguments, for the group `spec`.
+fn model(args: &SimulateArgs, spec: &GroupSpec) -> Result<LoadModel, String> {
+    let file = args.config.display();
     let limit_mib = match args.limit_mib {
         Some(l) if l.is_finite() && l > 0.0 => l,
         Some(l) => return Err(format!("--limit-mib {l}: must be a positive number of MiB")),
@@ -141,14 +208,69 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
             args.base_mib
         ));
     }
-    for note in notes {
-        eprintln!("{note}");
-    }
-    let model = LoadModel {
+    Ok(LoadModel {
         limit_mib,
         base_mib: args.base_mib,
         warmup: args.warmup,
-    };
+    })
+}
+
+/// Runs seeds 0 to `--seeds` − 1 of each of `chosen` and prints their distributions (and
+/// that of all of them, for more than one family).
+fn run_families(
+    args: &SimulateArgs,
+    spec: &GroupSpec,
+    model: &LoadModel,
+    chosen: &[Family],
+) -> Result<(), String> {
+    let mut all: Vec<Outcome> = Vec::new();
+    let mut rows: Vec<Distribution> = Vec::new();
+    for family in chosen {
+        let outcomes: Vec<Outcome> = (0..args.seeds)
+            .filter_map(|seed| families::replay(spec, model, *family, seed))
+            .collect();
+        rows.extend(families::distribution(family.name(), &outcomes));
+        all.extend(outcomes);
+    }
+    if chosen.len() > 1 {
+        rows.extend(families::distribution("all", &all));
+    }
+    match args.format {
+        Format::Table => print!("{}", families::table(&rows)),
+        Format::Json => println!("{}", serde_json::to_string(&rows).unwrap_or_default()),
+    }
+    Ok(())
+}
+
+/// Replays one trace (from `trace_path`, or generated and named so) as asked, and prints it.
+fn replay(
+    args: &SimulateArgs,
+    spec: &GroupSpec,
+    model: &LoadModel,
+    trace_path: &Path,
+    trace: &Trace,
+) -> Result<(), String> {
+    let file = args.config.display();
+    let notes = fit::check(spec, trace, trace_path)?;
+    if args.plot.is_some() && spec.memory_threshold.is_none() {
+        return Err(format!(
+            "--plot: the plot draws memory demand and utilization, and group {:?} has no \
+             memory_threshold",
+            args.group
+        ));
+    }
+    if args.policy == SimPolicy::Step && !fit::step_fits(trace) {
+        return Err(format!(
+            "--policy step: the Go lab's ±1 rule reads memory only, and {} has other columns \
+             than `demand_mib`: use `default` or `kubernetes`",
+            trace_path.display()
+        ));
+    }
+    let clock = Clock::new(&spec.schedule, args.start)
+        .map_err(|e| format!("{file}: groups.{}: {e}", args.group))?;
+    for note in notes {
+        eprintln!("{note}");
+    }
     let mut policies = vec![args.policy];
     if args.compare {
         policies.extend(
@@ -156,18 +278,18 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
                 .into_iter()
                 .filter(|p| *p != args.policy),
         );
-        if !fit::step_fits(&trace) {
+        if !fit::step_fits(trace) {
             eprintln!(
                 "{}: note: `step` is left out of the comparison: the Go lab's ±1 rule reads \
                  memory only",
-                args.trace.display()
+                trace_path.display()
             );
             policies.retain(|p| *p != SimPolicy::Step);
         }
     }
     let runs: Vec<_> = policies
         .iter()
-        .map(|p| simulate_with(spec, &trace, &model, *p, &clock))
+        .map(|p| simulate_with(spec, trace, model, *p, &clock))
         .collect();
     let scores: Vec<_> = runs.iter().map(|r| r.scores.clone()).collect();
     match (args.format, args.compare) {
@@ -181,7 +303,7 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
         let title = format!(
             "{} on {}",
             args.group,
-            args.trace
+            trace_path
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
         );

@@ -30,6 +30,7 @@
 
 mod clock;
 pub mod command;
+pub mod families;
 pub mod fit;
 pub mod generate;
 mod plot;

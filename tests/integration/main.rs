@@ -7,6 +7,7 @@ mod dashboard;
 mod docs;
 mod fake;
 mod fences;
+mod generated;
 mod headroom;
 mod https;
 mod informer;
