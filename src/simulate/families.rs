@@ -110,6 +110,9 @@ pub struct Distribution {
     pub worst_seed: u64,
     /// Σ default cost / Σ better baseline cost.
     pub total: f64,
+    /// Traces on which the default policy cost more than [`RATIO_BOUND`] times the better
+    /// baseline.
+    pub above_bound: usize,
     /// Traces on which the default policy was OOM longer than the better baseline.
     pub oom_above: usize,
 }
@@ -135,6 +138,7 @@ pub fn distribution(name: &str, outcomes: &[Outcome]) -> Option<Distribution> {
         worst_family: worst.family.to_owned(),
         worst_seed: worst.seed,
         total: if better > 0.0 { ours / better } else { 1.0 },
+        above_bound: outcomes.iter().filter(|o| o.ratio() > RATIO_BOUND).count(),
         oom_above: outcomes.iter().filter(|o| o.oom_above()).count(),
     })
 }
@@ -149,6 +153,7 @@ pub fn table(rows: &[Distribution]) -> String {
         "WORST",
         "WORST_SEED",
         "TOTAL",
+        "ABOVE_1.25",
         "OOM_ABOVE",
     ];
     let cells: Vec<Vec<String>> = rows
@@ -167,6 +172,7 @@ pub fn table(rows: &[Distribution]) -> String {
                 format!("{:.2}", d.worst),
                 seed,
                 format!("{:.2}", d.total),
+                d.above_bound.to_string(),
                 d.oom_above.to_string(),
             ]
         })
@@ -210,7 +216,7 @@ mod tests {
         let d = distribution("steps", &outcomes).unwrap();
         assert_eq!((d.median, d.p95, d.worst, d.worst_seed), (0.8, 2.0, 2.0, 2));
         assert_eq!(d.total, 43.0 / 40.0);
-        assert_eq!(d.oom_above, 2);
+        assert_eq!((d.above_bound, d.oom_above), (1, 2));
         assert_eq!(outcomes[2].better().policy, "step");
         assert_eq!(outcomes[2].violations().len(), 1);
         assert_eq!(

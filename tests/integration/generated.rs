@@ -1,8 +1,13 @@
 //! `incus-hpa simulate --family` on generated traces (`simulate::generate`): the command's
-//! distribution table and its replay of one seed.
+//! distribution table and its replay of one seed; and the default policy against the two
+//! baselines on 300 generated traces (what holds today).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use incus_hpa::simulate::families::{self, Outcome};
+use incus_hpa::simulate::generate::Family;
+use incus_hpa::simulate::LoadModel;
 
 fn group() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/traces/group.toml")
@@ -91,4 +96,65 @@ fn a_bad_family_or_a_seed_without_one_is_refused() {
     // A trace file and a family are one or the other.
     let out = simulate(&["--family", "steps", trace.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Seeds 0 to 29 of every family: 300 traces of 1 to 6 hours.
+const SEEDS: u64 = 30;
+
+/// Every trace of every family, replayed three ways.
+fn outcomes() -> Vec<(Family, Vec<Outcome>)> {
+    let loaded = incus_hpa::config::load(&group()).unwrap();
+    let spec = loaded.state.groups.values().next().unwrap().clone();
+    let model = LoadModel {
+        limit_mib: 64.0,
+        base_mib: 4.0,
+        warmup: std::time::Duration::from_secs(2),
+    };
+    Family::ALL
+        .into_iter()
+        .map(|f| {
+            let runs = (0..SEEDS)
+                .map(|seed| families::replay(&spec, &model, f, seed).unwrap())
+                .collect();
+            (f, runs)
+        })
+        .collect()
+}
+
+/// What holds today, per family (total ratio, traces above 1.25×, traces OOM longer than the
+/// better baseline): a change that makes a family worse fails here, with the family's
+/// distribution and the replay of its worst seed. The bounds the default policy is meant to
+/// hold on every trace ([`families::RATIO_BOUND`], never OOM longer, [`families::TOTAL_BOUND`]
+/// per family) are not met yet: `simulate --family all` shows where.
+/// Measured with seeds 0 to 29 (the printed totals, rounded up at the third decimal).
+#[rustfmt::skip]
+const HOLDS: [(&str, f64, usize, usize); 10] = [
+    ("steps", 0.695, 1, 4),
+    ("spikes", 0.795, 8, 9),
+    ("ramps", 0.475, 1, 0),
+    ("sawtooth-up", 1.285, 12, 0),
+    ("sawtooth-down", 0.985, 6, 2),
+    ("sines", 1.015, 9, 0),
+    ("noise", 0.975, 6, 0),
+    ("daily", 0.865, 2, 0),
+    ("bursts", 0.995, 7, 17),
+    ("sums", 0.965, 5, 2),
+];
+
+#[test]
+fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
+    let mut all = Vec::new();
+    for ((family, runs), (name, total, above, oom)) in outcomes().into_iter().zip(HOLDS) {
+        assert_eq!(family.name(), name);
+        let d = families::distribution(name, &runs).unwrap();
+        assert!(
+            d.total <= total && d.above_bound <= above && d.oom_above <= oom,
+            "{d:?}\nreplay: incus-hpa simulate -c benches/traces/group.toml --group bench \
+             --family {name} --seed {} --compare",
+            d.worst_seed
+        );
+        all.extend(runs);
+    }
+    let d = families::distribution("all", &all).unwrap();
+    assert!(d.total <= 0.905, "{d:?}");
 }
