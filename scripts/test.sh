@@ -12,29 +12,33 @@ command -v cargo >/dev/null || {
     exit 1
 }
 
+# Each phase's header says how long the suite has run (budget: 25 min on 2 cores).
+suite_started=$SECONDS
+phase() { printf '== [%dm%02ds] %s\n' $(((SECONDS - suite_started) / 60)) $(((SECONDS - suite_started) % 60)) "$*"; }
+
 bash scripts/setup-incus.sh
 # promtool (checks /metrics), lintian and cargo-deb (the .deb).
 bash scripts/install-test-tools.sh
 
-echo "== cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy --all-targets -- -D warnings"
+phase "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --locked -- -D warnings
-echo "== cargo test (unit, fake Incus, CLI, properties)"
+phase "cargo test (unit, fake Incus, CLI, properties)"
 cargo test --locked --lib --bins --test integration
 # One at a time: Incus 6.0 can stall a container start for 90 s when other clients stop or
 # delete instances at the same moment (docs/cost.md), and these tests are such clients
 # for each other.
-echo "== a three-member Incus cluster in nested containers, for the cluster tests (scripts/cluster.sh)"
+phase "a three-member Incus cluster in nested containers, for the cluster tests (scripts/cluster.sh)"
 started=$SECONDS
 bash scripts/cluster.sh up >/dev/null
 echo "cluster up in $((SECONDS - started)) s"
-echo "== the real-Incus tests, the cluster's among them (one at a time, each in its own process, at most 10 min each)"
+phase "the real-Incus tests, the cluster's among them (one at a time, each in its own process, at most 10 min each)"
 bash scripts/each-test.sh integration 600
 # The members' memory and CPU are not needed by what follows (the image stays cached).
 bash scripts/cluster.sh down
 
-echo "== fault suite (real Incus through a fault proxy, SIGKILL, incusd stopped for 30 s; one at a time)"
+phase "fault suite (real Incus through a fault proxy, SIGKILL, incusd stopped for 30 s; one at a time)"
 table=target/tmp/faults-table.md
 rm -f "$table"
 bash scripts/each-test.sh faults 600 '' -- --include-ignored
@@ -42,7 +46,7 @@ echo "| scenario | unmanaged touched | orphans left | scale-downs on missing dat
 echo "|---|---|---|---|---|---|"
 cat "$table"
 
-echo "== systemd unit exposure (at most 2.0)"
+phase "systemd unit exposure (at most 2.0)"
 command -v systemd-analyze >/dev/null ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null
 exposure=$(systemd-analyze security --offline=true --no-pager systemd/incus-hpa.service |
@@ -53,10 +57,10 @@ awk -v e="$exposure" 'BEGIN { exit !(e != "" && e <= 2.0) }' || {
     exit 1
 }
 
-echo "== the .deb (cargo-deb), checked by lintian --pedantic: no error, no warning, no pedantic tag"
+phase "the .deb (cargo-deb), checked by lintian --pedantic: no error, no warning, no pedantic tag"
 deb=$(bash packaging/build-deb.sh)
 lintian --pedantic --fail-on error,warning,pedantic "$deb"
-echo "== its man pages, found by name and rendered without a warning"
+phase "its man pages, found by name and rendered without a warning"
 pages=$(mktemp -d)
 dpkg-deb -x "$deb" "$pages"
 for page in "8 incus-hpa" "5 incus-hpa.toml"; do
@@ -69,14 +73,14 @@ for page in "8 incus-hpa" "5 incus-hpa.toml"; do
 done
 rm -rf "$pages"
 
-echo "== end-to-end under systemd (package, enable, reload, journal, watchdog, stop)"
+phase "end-to-end under systemd (package, enable, reload, journal, watchdog, stop)"
 bash scripts/e2e-systemd.sh
 
-echo "== the README's demo"
+phase "the README's demo"
 bash lab/demo.sh
 
-echo "== the benchmarks, smoke runs (3 instances; the README's figures come from bigger runs)"
+phase "the benchmarks, smoke runs (3 instances; the README's figures come from bigger runs)"
 TICKS=1 cargo bench --locked --bench tick_cost -- 3
 PARALLEL=2 cargo bench --locked --bench burst -- 3
 REPEAT=1 cargo bench --locked --bench memory_cost -- 3
-echo "all tests passed"
+phase "all tests passed"
