@@ -176,10 +176,27 @@ fn steps(rng: &mut Rng, n: usize) -> Vec<f64> {
 
 fn spikes(rng: &mut Rng, n: usize) -> Vec<f64> {
     let base = between(rng, 0.03, 0.3);
+    pulses(rng, n, base, 120..=1800, (0.2, 0.9), 10..=120)
+}
+
+/// `base` for a random while in `quiet`, then `base` plus a random height in `height` for a
+/// random while in `pulse`, again and again.
+fn pulses(
+    rng: &mut Rng,
+    n: usize,
+    base: f64,
+    quiet: std::ops::RangeInclusive<usize>,
+    height: (f64, f64),
+    pulse: std::ops::RangeInclusive<usize>,
+) -> Vec<f64> {
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
-        hold(&mut out, base, rng.usize(120..=1800));
-        hold(&mut out, base + between(rng, 0.2, 0.9), rng.usize(10..=120));
+        hold(&mut out, base, rng.usize(quiet.clone()));
+        hold(
+            &mut out,
+            base + between(rng, height.0, height.1),
+            rng.usize(pulse.clone()),
+        );
     }
     out.truncate(n);
     out
@@ -275,13 +292,7 @@ fn daily(rng: &mut Rng, n: usize) -> Vec<f64> {
 
 fn bursts(rng: &mut Rng, n: usize) -> Vec<f64> {
     let base = between(rng, 0.05, 0.4);
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        hold(&mut out, base, rng.usize(300..=2400));
-        hold(&mut out, base + between(rng, 0.1, 0.6), rng.usize(60..=900));
-    }
-    out.truncate(n);
-    out
+    pulses(rng, n, base, 300..=2400, (0.1, 0.6), 60..=900)
 }
 
 /// Two or three shapes of the other families, added and scaled so that the sum's highest

@@ -30,7 +30,7 @@ pub fn incus_within(args: &[&str], limit: Duration) -> Output {
         .args(args)
         .output()
         .expect("the incus CLI is not installed");
-    if out.status.code() == Some(124) || out.status.code() == Some(137) {
+    if killed(&out) {
         out.stderr.extend_from_slice(
             format!(
                 "\n(incus {args:?} did not answer within {limit:?}: killed; `incus operation \
@@ -40,6 +40,11 @@ pub fn incus_within(args: &[&str], limit: Duration) -> Output {
         );
     }
     out
+}
+
+/// Whether `timeout` killed the command (124 after its signal, 137 after `--kill-after`).
+fn killed(out: &Output) -> bool {
+    matches!(out.status.code(), Some(124 | 137))
 }
 
 pub fn incus_ok(args: &[&str]) -> String {
@@ -359,7 +364,7 @@ impl Drop for Lab {
             }
             for n in names {
                 let out = incus_within(&["delete", "--force", &n], Duration::from_secs(30));
-                if out.status.code() == Some(124) || out.status.code() == Some(137) {
+                if killed(&out) {
                     eprintln!(
                         "cleanup: incus delete --force {n} did not end within 30 s (an instance \
                          Incus left stuck); left behind"
