@@ -77,6 +77,11 @@ pub struct GroupStatus {
     /// acts.
     #[serde(default)]
     pub standby: Option<String>,
+    /// The `adaptive` policy's scale-down window in force and why, e.g. "holding 1m 30s after
+    /// drops (learned: 3 of the last hour's 5 drops came back within 1m 30s)"; `null` for the
+    /// `kubernetes` policy (its window is `scale_down_stabilization`) and before the first pass.
+    #[serde(default)]
+    pub scale_down_window: Option<String>,
 }
 
 /// One signal of a group, as `status --json` prints it.
@@ -515,6 +520,7 @@ pub fn table(status: &Status) -> String {
         "TARGET",
         "SIGNALS",
         "REASON",
+        "SCALE-DOWN WINDOW",
         "PAUSED",
         "STANDBY",
         "LAST ACTION",
@@ -536,6 +542,7 @@ pub fn table(status: &Status) -> String {
                 g.threshold.map_or_else(|| "-".into(), |t| format!("{t}%")),
                 signals(&g.signals),
                 g.reason.clone(),
+                g.scale_down_window.clone().unwrap_or_else(|| "-".into()),
                 if g.paused { "yes" } else { "no" }.into(),
                 g.standby
                     .clone()

@@ -121,6 +121,9 @@ pub async fn run_loop(
     let mut reconciler = Reconciler::new(ctx.clone(), &state, Instant::now());
     let watchdog = systemd::watchdog_period();
     let mut pet = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+    // The watch between passes (see `Reconciler::peek`).
+    let mut peek = tokio::time::interval(crate::reconciler::PEEK_EVERY);
+    peek.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut invalid_since: Option<SystemTime> = None;
     let status = |r: &Reconciler, invalid: Option<SystemTime>| {
         let mut line = r.status_line();
@@ -194,6 +197,7 @@ pub async fn run_loop(
                 Some(Event::Shutdown) | None => break,
             },
             _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),
+            _ = peek.tick() => reconciler.peek(Instant::now()),
         }
         if reload {
             match load() {

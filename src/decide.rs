@@ -30,6 +30,7 @@ pub mod adaptive;
 mod headroom;
 mod health;
 mod history;
+mod hold;
 mod ownership;
 pub mod signals;
 mod windows;
@@ -142,7 +143,6 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         }
     };
     history.record(spec, now, base, recommendation, desired);
-    history.estimates.scaled(spec, now, base, desired);
     let (actions, protected) = actions(spec, &classes, base, capacity, desired, reason);
     let (actions, headroom) = headroom::cap(spec, obs, actions, healthy);
     if !spec.paused {
@@ -209,6 +209,7 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         notes,
         requeue_in,
         headroom,
+        hold: (spec.policy == Policy::Adaptive).then(|| history.estimates.learned(spec)),
     }
 }
 

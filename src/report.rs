@@ -109,6 +109,13 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
     } else {
         msg
     };
+    // A scale-down, or one held back, names the window the `adaptive` policy has in force.
+    if let Some(hold) = plan.hold.filter(|_| {
+        matches!(plan.reason, Reason::Stabilizing)
+            || (d < p && plan.reason == Reason::BelowThreshold)
+    }) {
+        msg = format!("{msg}; {}", hold.describe());
+    }
     let mut extra = Vec::new();
     if c != d {
         extra.push(format!("{c} in service"));
@@ -320,6 +327,7 @@ mod tests {
             reason: Reason::BelowMin,
             error: Some("x".repeat(3000)),
             standby: None,
+            hold: None,
         };
         let line = status_line(specs.iter().map(|s| (s, Some(&failing))));
         assert!(line.len() <= STATUS_MAX, "{}", line.len());

@@ -402,8 +402,12 @@ pub fn keys() -> Vec<Key> {
                   change within the tolerance, and Kubernetes' default scale-up rate unless step \
                   limits are set. \"adaptive\" sizes the group from an estimate of its demand: \
                   each instance's base use is learned, an instance at its limit at least doubles \
-                  the count, growth is carried one interval ahead, and a scale-down is let go of \
-                  after a minute unless the load keeps coming back. Both stay within min, max, \
+                  the count, growth is carried one interval ahead, how long a drop is held is \
+                  learned from how the group's drops came back (never longer than \
+                  scale_down_stabilization), room is kept for surges it has seen (incus-hpa \
+                  status shows both in its SCALE-DOWN WINDOW column), and an instance that \
+                  reaches its memory limit between two passes wakes the next one at once (read \
+                  from its cgroup files on this host). Both stay within min, max, \
                   the stabilization windows and the step limits, and neither scales down on a \
                   missing reading.",
             example: "policy = \"adaptive\"",
@@ -451,8 +455,9 @@ pub fn keys() -> Vec<Key> {
             range: Some(format!("at most {}", h(DURATION_MAX))),
             applies: OnReload,
             doc: "A scale-down goes only as low as the highest recommendation of this window, so \
-                  that a short dip does not remove instances. The adaptive policy uses a minute \
-                  of it while the load has not come back after a scale-down.",
+                  that a short dip does not remove instances. The adaptive policy holds a drop \
+                  for as long as it learned from how the group's drops of the last hour came \
+                  back, from 0 up to this window (a minute before it knows any).",
             example: "scale_down_stabilization = \"5m\"",
         },
         Key {

@@ -12,22 +12,32 @@
 //!   kill no longer shows), the demand is unknown and only a lower bound; the count then at
 //!   least doubles (and grows by at least 4), where the ratio would cap the step at
 //!   `100 / threshold`.
-//! - **Load that keeps growing**: the demand's trend over the last minute (least squares,
-//!   growth only) is carried one interval ahead, so that new instances are ready when the load
-//!   arrives rather than one pass after it.
+//! - **Load that keeps growing**: the demand's trend over the last minute (the slowest growth
+//!   between passes, when it grew between most and fell between none) is carried one interval
+//!   ahead, so that new instances are ready when the load arrives rather than one pass after it.
+//! - **Load that comes in surges**: a surge lands between passes, and only instances already
+//!   there take it. The policy keeps room, short of the limit, for the largest rise of the
+//!   demand between two passes within the scale-down window, and for an hour for one that came
+//!   again (a rise back to a level of the last hour beyond the tolerance, or to the limit).
+//!   And a reading that reaches the limit between passes wakes the pass at once ([`wakes`]).
 //!
-//! Scale-down still goes through the group's stabilization window, and a missing metric still
-//! never scales down; see [`super::decide`].
+//! How long a drop is held is learned from how the group's drops came back ([`super::hold`]),
+//! within its `scale_down_stabilization`; `status` and the journal name the window, the room
+//! and why. A missing metric still never scales down; see [`super::decide`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::hold::{Hold, Learned};
 use crate::model::{GroupSpec, Memory, Reason};
 
 /// A reading at or above this fraction of its limit is at the limit.
-const AT_LIMIT: f64 = 0.97;
+pub const AT_LIMIT: f64 = 0.97;
+/// A reading that reached the limit between passes wakes the group's pass at once, at least
+/// this long after the last one ended (see [`wakes`]).
+pub const WAKE_GAP: Duration = Duration::from_secs(5);
 /// An instance started less than this long ago shows its base use.
 const FRESH: Duration = Duration::from_secs(30);
 /// How long a base reading stands (the lowest of this period is the base).
@@ -35,19 +45,32 @@ const BASE_MEMORY: Duration = Duration::from_secs(3600);
 /// The demand samples the trend is fitted over.
 const TREND_WINDOW: Duration = Duration::from_secs(60);
 
-/// The scale-down window while the load has not been seen to come back after a scale-down.
-const SHORT_WINDOW: Duration = Duration::from_secs(60);
-/// How long a load that came back keeps the group's full window in force.
-const OSCILLATION_MEMORY: Duration = Duration::from_secs(3600);
+/// How long a surge that came back is kept room for.
+const SURGE_MEMORY: Duration = Duration::from_secs(3600);
+/// The most demand samples kept over [`SURGE_MEMORY`] (the oldest are forgotten first).
+const MOST_SAMPLES: usize = 4096;
+/// A rise back to this fraction of a level of the last hour is a level coming again.
+const AGAIN: f64 = 0.8;
+
+/// What a second at the limit costs against a second overloaded (the simulator's `10 ×
+/// oom_s`, on top of the second overloaded).
+const AT_LIMIT_WEIGHT: f64 = 11.0;
 
 /// What the policy learns across passes.
 #[derive(Debug, Clone, Default)]
 pub struct Estimates {
-    /// The last scale-down: when, from and to what count.
-    last_down: Option<(Instant, u32, u32)>,
-    /// The last scale-up that, within a window of a scale-down, took back at least half of it:
-    /// the load oscillates.
-    last_flip: Option<Instant>,
+    /// How long to hold instances after a drop, learned from the drops of the last hour.
+    hold: Hold,
+    /// (when, how much the demand rose since the pass before), bytes, within the group's
+    /// scale-down window.
+    surges: VecDeque<(Instant, f64)>,
+    /// (when, how much the demand rose) for surges likely to come again (see
+    /// [`Estimates::returning_surge`]), bytes, within [`SURGE_MEMORY`].
+    returns: VecDeque<(Instant, f64)>,
+    /// (when, estimated demand), bytes, over [`SURGE_MEMORY`], at most [`MOST_SAMPLES`].
+    past: VecDeque<(Instant, f64)>,
+    /// The room kept at the last pass, for `status` and the journal.
+    room: Option<crate::model::Room>,
     /// (when, lowest usage of a fresh instance then), bytes.
     bases: VecDeque<(Instant, u64)>,
     /// (when, estimated demand), bytes.
@@ -63,33 +86,18 @@ impl Estimates {
         self.bases.iter().map(|(_, b)| *b).min().unwrap_or(0)
     }
 
-    /// The scale-down window in force: the group's `scale_down_stabilization` once the load
-    /// has come back within it after a scale-down (in the last hour), else at most a minute.
-    /// A load that drops and stays down is let go of quickly; one that oscillates faster than
-    /// the window is held, as Kubernetes holds it.
-    pub fn window(&self, spec: &GroupSpec, now: Instant) -> Duration {
-        let full = spec.scale_down_stabilization;
-        let oscillating = self
-            .last_flip
-            .is_some_and(|t| now.saturating_duration_since(t) <= OSCILLATION_MEMORY);
-        if oscillating {
-            full
-        } else {
-            full.min(SHORT_WINDOW)
-        }
+    /// The scale-down window in force, learned from how the drops of the last hour came back
+    /// ([`super::hold`]), within the group's `scale_down_stabilization`.
+    pub fn window(&self, spec: &GroupSpec) -> Duration {
+        self.hold.learned(spec).window
     }
 
-    /// Remembers a pass that moved the desired count from `before` to `after`.
-    pub fn scaled(&mut self, spec: &GroupSpec, now: Instant, before: u32, after: u32) {
-        if after < before {
-            self.last_down = Some((now, before, after));
-        } else if after > before
-            && self.last_down.is_some_and(|(t, from, to)| {
-                now.saturating_duration_since(t) <= spec.scale_down_stabilization
-                    && after >= to + (from - to).div_ceil(2)
-            })
-        {
-            self.last_flip = Some(now);
+    /// The scale-down window in force and what it was learned from, with the room kept for
+    /// surges at the last pass.
+    pub fn learned(&self, spec: &GroupSpec) -> Learned {
+        Learned {
+            room: self.room,
+            ..self.hold.learned(spec)
         }
     }
 
@@ -130,8 +138,75 @@ impl Estimates {
         }
     }
 
-    /// Records `demand` and returns its growth rate, bytes per second (0 when falling or
-    /// unknown).
+    /// Records how much `demand` rose since the last pass and returns the largest rise within
+    /// `memory` (the group's scale-down window), bytes.
+    fn surge(&mut self, now: Instant, demand: f64, memory: Duration) -> f64 {
+        if let Some((_, last)) = self.demand.back() {
+            if demand > *last {
+                self.surges.push_back((now, demand - last));
+            }
+        }
+        while self
+            .surges
+            .front()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > memory)
+        {
+            self.surges.pop_front();
+        }
+        self.surges.iter().map(|(_, s)| *s).fold(0.0, f64::max)
+    }
+
+    /// Records `demand` over the last [`SURGE_MEMORY`] and returns the largest rise within it
+    /// that is a surge likely to come again, bytes: a rise back to a level the demand was at
+    /// before (at least [`AGAIN`] of it) that would have taken the count holding the demand
+    /// before it at the threshold (`per_instance` each) above its tolerance (`per_tolerated`
+    /// each); or any rise that took an instance to its limit (`at_limit`).
+    fn returning_surge(
+        &mut self,
+        now: Instant,
+        demand: f64,
+        (per_instance, per_tolerated): (f64, f64),
+        at_limit: bool,
+    ) -> f64 {
+        if let Some((_, last)) = self.past.back().copied() {
+            let seen = self
+                .past
+                .iter()
+                .rev()
+                .skip(1)
+                .any(|(_, d)| *d >= AGAIN * demand);
+            let held = if per_instance > 0.0 {
+                (last / per_instance - 1e-9).ceil().max(1.0)
+            } else {
+                1.0
+            };
+            let risky = demand / held > per_tolerated;
+            if demand > last && ((seen && risky) || at_limit) {
+                self.returns.push_back((now, demand - last));
+            }
+        }
+        self.past.push_back((now, demand));
+        while self.past.len() > MOST_SAMPLES
+            || self
+                .past
+                .front()
+                .is_some_and(|(t, _)| now.saturating_duration_since(*t) > SURGE_MEMORY)
+        {
+            self.past.pop_front();
+        }
+        while self
+            .returns
+            .front()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > SURGE_MEMORY)
+        {
+            self.returns.pop_front();
+        }
+        self.returns.iter().map(|(_, s)| *s).fold(0.0, f64::max)
+    }
+
+    /// Records `demand` and returns its growth rate, bytes per second: the slowest growth
+    /// between successive passes of the last minute, when it grew between most of them and
+    /// fell between none; so a step of the load, or noise, is not a trend. 0 otherwise.
     fn trend(&mut self, now: Instant, demand: f64) -> f64 {
         self.demand.push_back((now, demand));
         while self
@@ -141,34 +216,59 @@ impl Estimates {
         {
             self.demand.pop_front();
         }
-        // A trend needs three samples over half the window: two close ones would read a step
-        // of the load as a steep ramp.
-        let n = self.demand.len() as f64;
+        // A trend needs three samples over half the window.
         let span = self
             .demand
             .front()
             .map_or(Duration::ZERO, |(t, _)| now.saturating_duration_since(*t));
-        if n < 3.0 || span < TREND_WINDOW / 2 {
+        if self.demand.len() < 3 || span < TREND_WINDOW / 2 {
             return 0.0;
         }
-        let xs: Vec<f64> = self
+        let rates: Vec<f64> = self
             .demand
             .iter()
-            .map(|(t, _)| -(now.saturating_duration_since(*t).as_secs_f64()))
+            .zip(self.demand.iter().skip(1))
+            .map(|((t0, d0), (t1, d1))| {
+                let dt = t1.saturating_duration_since(*t0).as_secs_f64();
+                if dt > 0.0 {
+                    (d1 - d0) / dt
+                } else {
+                    0.0
+                }
+            })
             .collect();
-        let mx = xs.iter().sum::<f64>() / n;
-        let my = self.demand.iter().map(|(_, d)| d).sum::<f64>() / n;
-        let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
-        let sxy: f64 = xs
-            .iter()
-            .zip(&self.demand)
-            .map(|(x, (_, d))| (x - mx) * (d - my))
-            .sum();
-        if sxx < 1.0 {
+        // Growth between most passes and a fall between none; passes with no change (a load
+        // that moves in steps longer than the interval) neither count nor break it.
+        let rising: Vec<f64> = rates.iter().copied().filter(|r| *r > 0.0).collect();
+        if rates.iter().any(|r| *r < 0.0) || 2 * rising.len() <= rates.len() {
             return 0.0;
         }
-        (sxy / sxx).max(0.0)
+        rising.into_iter().fold(f64::INFINITY, f64::min)
     }
+}
+
+/// Whether `memory` is at its limit.
+pub fn at_limit(memory: &Memory) -> bool {
+    memory.usage as f64 >= AT_LIMIT * memory.limit as f64
+}
+
+/// Whether a reading taken between passes (`at_limit_now`: one of the group's instances is at
+/// its limit) wakes the group's pass now, `since_pass` after the last one: for the `adaptive`
+/// policy on memory, when no instance was at its limit at the last pass (a surge that came
+/// since; one already there is the passes' to follow), and at least [`WAKE_GAP`] after it. A
+/// surge is then met in a second or so, not up to an `interval` later.
+pub fn wakes(
+    spec: &GroupSpec,
+    at_last_pass: bool,
+    at_limit_now: bool,
+    since_pass: Duration,
+) -> bool {
+    spec.policy == crate::model::Policy::Adaptive
+        && spec.memory_threshold.is_some()
+        && !spec.paused
+        && !at_last_pass
+        && at_limit_now
+        && since_pass >= WAKE_GAP
 }
 
 /// One measured healthy instance: its reading, how long ago it started, and whether the OOM
@@ -214,25 +314,77 @@ pub fn recommend(
         .iter()
         .map(|r| (r.memory.usage.min(r.memory.limit) as f64 - base).max(0.0))
         .sum();
+    let surge = est.surge(now, demand, spec.scale_down_stabilization);
     let growth = est.trend(now, demand);
     let predicted = demand + growth * spec.interval.as_secs_f64();
-    // What one instance holds at the threshold; a base at or above it leaves the ratio.
+    // An OOM kill says the same as a reading at the limit, even when the kill freed memory.
+    let at_limit = readings.iter().any(|r| r.oom_killed || at_limit(&r.memory));
+    // What one instance holds at the threshold, and at the top of its tolerance; a base at or
+    // above it leaves the ratio.
     let per_instance = threshold / 100.0 * mean_limit - base;
+    let per_tolerated = threshold * (1.0 + spec.tolerance_up) / 100.0 * mean_limit - base;
+    let returning = est.returning_surge(now, demand, (per_instance, per_tolerated), at_limit);
     let needed = if per_instance > 0.0 {
-        (predicted / per_instance - 1e-9).ceil().max(0.0)
+        // The count that holds the demand at the threshold; the current one while it holds
+        // every reading of the last minute (or scale-down window, if shorter) within tolerance
+        // (so that noise does not take it above) and is not above the threshold's; and never
+        // below the count that holds those readings.
+        // Together with the window that holds a drop, never longer than the group's
+        // scale-down window.
+        let horizon = TREND_WINDOW.min(
+            spec.scale_down_stabilization
+                .saturating_sub(est.hold.learned(spec).window),
+        );
+        let recent = est
+            .demand
+            .iter()
+            .filter(|(t, _)| now.saturating_duration_since(*t) <= horizon)
+            .map(|(_, d)| *d)
+            .fold(predicted, f64::max);
+        let count = |d: f64, per: f64| (d / per - 1e-9).ceil().max(0.0);
+        let (holds, at_threshold) = (count(recent, per_tolerated), count(predicted, per_instance));
+        let current = f64::from(base_count);
+        if current < holds || current > at_threshold {
+            at_threshold.max(holds)
+        } else {
+            current
+        }
     } else {
         (n * utilization / threshold - 1e-9).ceil()
     };
+    // Room, short of the limit, for the largest surge within the scale-down window, and for
+    // the largest of the last hour that came again: a surge like it comes before the next
+    // pass can add instances.
+    let per_limit = AT_LIMIT * mean_limit - base;
+    let surge = surge.max(returning);
+    let needed = if surge > 0.0 && per_limit > 0.0 {
+        needed.max(((demand + surge) / per_limit - 1e-9).ceil())
+    } else {
+        needed
+    };
+    est.room = (surge > 0.0).then(|| crate::model::Room {
+        surge_mib: surge / (1024.0 * 1024.0),
+    });
     let mut needed = needed.min(f64::from(u32::MAX)) as u32;
-    // An OOM kill says the same as a reading at the limit, even when the kill freed memory.
-    let at_limit = readings
-        .iter()
-        .any(|r| r.oom_killed || r.memory.usage as f64 >= AT_LIMIT * r.memory.limit as f64);
     if at_limit {
         let m = readings.len() as u32;
         needed = needed.max(2 * m).max(m + 4);
     }
     let needed = needed.clamp(spec.min, spec.max);
+    // What the group goes through for want of instances, for the hold to weigh.
+    let wanting = if at_limit {
+        AT_LIMIT_WEIGHT
+    } else if utilization > threshold * (1.0 + spec.tolerance_up) {
+        1.0
+    } else {
+        0.0
+    };
+    est.hold.observe(
+        spec,
+        now,
+        needed,
+        wanting * spec.interval.as_secs_f64() / 2.0,
+    );
     let reason = match needed.cmp(&base_count) {
         std::cmp::Ordering::Greater if at_limit => Reason::AtLimit,
         std::cmp::Ordering::Greater => Reason::AboveThreshold,

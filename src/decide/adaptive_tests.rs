@@ -1,7 +1,7 @@
 //! The `adaptive` policy's rules, one test each: the base learned from fresh instances, the
-//! count doubled at the limit, the trend carried ahead, the short scale-down window that turns
-//! into the group's full one when the load comes back, and the guards it shares with
-//! `kubernetes` (bounds, a missing metric never scales down).
+//! count doubled at the limit, the trend carried ahead, the scale-down window learned from how
+//! drops came back, room for surges that came again, the pass woken by a reading at the limit,
+//! and the guards it shares with `kubernetes` (bounds, a missing metric never scales down).
 
 use std::time::Duration;
 
@@ -97,22 +97,23 @@ fn the_base_is_learned_from_a_fresh_instance_that_has_no_load_yet() {
 fn growing_demand_is_met_one_interval_ahead() {
     let s = adaptive(1, 20, 60.0);
     let (mut h, t0) = settled(4);
-    // 4 instances, each 5 MiB more every 15 s: the demand grows by 20 MiB per interval.
+    // 4 instances, each 6 MiB more every 15 s: the demand grows by 24 MiB per interval.
     let mut last = 0;
-    for (k, mib) in [20u64, 25, 30, 35].into_iter().enumerate() {
+    for (k, mib) in [20u64, 26, 32, 38].into_iter().enumerate() {
         let o = of((0..4).map(|i| inst(i, mib, 600)).collect());
         last = decide(&s, &o, &mut h, t0 + Duration::from_secs(15 * k as u64)).recommendation;
     }
-    // Now 140 MiB (4 at 35) fits in 4 at 38.4 MiB each; 160 MiB, an interval later, does not.
+    // Now 152 MiB (4 at 38) is within tolerance of 4 (42.24 MiB each at 66 %); 176 MiB, an
+    // interval later, is not, and takes 5 at the threshold (38.4 MiB each).
     assert_eq!(last, 5);
     // The same readings without growth: 4.
     let (mut h, now) = settled(4);
-    let o = of((0..4).map(|i| inst(i, 35, 600)).collect());
+    let o = of((0..4).map(|i| inst(i, 38, 600)).collect());
     assert_eq!(decide(&s, &o, &mut h, now).recommendation, 4);
 }
 
 #[test]
-fn a_drop_is_let_go_of_after_a_minute_unless_the_load_came_back_before() {
+fn the_window_after_a_drop_is_learned_from_how_drops_came_back() {
     let s = adaptive(1, 20, 50.0);
     let t0 = Instant::now();
     let (mut h, _) = settled(4);
@@ -120,22 +121,80 @@ fn a_drop_is_let_go_of_after_a_minute_unless_the_load_came_back_before() {
     let idle = obs(&[5.0; 4]);
     let at = |s: u64| t0 + Duration::from_secs(s);
     assert_eq!(decide(&s, &busy, &mut h, at(0)).desired, 4);
+    // Nothing learned yet: a minute.
+    assert_eq!(h.estimates.learned(&s).window, Duration::from_secs(60));
+    // The minute's readings still ask for 4 at 30; the window holds that until 90, and the
+    // plan says which window holds it (the `kubernetes` policy's plan names none).
+    let plan = decide(&s, &idle, &mut h, at(30));
+    assert_eq!(plan.desired, 4);
     assert_eq!(
-        decide(&s, &idle, &mut h, at(30)).desired,
-        4,
-        "within a minute"
+        plan.hold.map(|w| w.describe()).as_deref(),
+        Some("holding 1m after drops (nothing learned yet: no drop in the last hour)")
     );
+    let (mut k, now) = settled(4);
+    assert_eq!(decide(&spec(1, 20, 50.0), &idle, &mut k, now).hold, None);
+    assert_eq!(decide(&s, &idle, &mut h, at(61)).desired, 4);
+    assert_eq!(decide(&s, &idle, &mut h, at(91)).desired, 1);
+    // The load comes back 90 s after the 4 was last asked for, at the limit: holding the three
+    // instances 90 s would have cost less than letting them go.
+    assert_eq!(decide(&s, &obs(&[100.0]), &mut h, at(120)).desired, 5);
+    let learned = h.estimates.learned(&s);
     assert_eq!(
-        decide(&s, &idle, &mut h, at(61)).desired,
-        1,
-        "after a minute"
+        (learned.window, learned.drops, learned.back_within),
+        (Duration::from_secs(90), 3, 3)
     );
-    // The load comes back: it oscillates, and the next drop waits the full window (300 s).
-    assert_eq!(decide(&s, &obs(&[100.0]), &mut h, at(90)).desired, 5);
-    let four = obs(&[10.0; 5]);
-    assert_eq!(decide(&s, &four, &mut h, at(200)).desired, 5);
-    assert_eq!(decide(&s, &four, &mut h, at(389)).desired, 5);
-    assert_eq!(decide(&s, &four, &mut h, at(391)).desired, 1);
+    // The journal and `status` say so.
+    assert_eq!(
+        learned.describe(),
+        "holding 1m 30s after drops (learned: 3 of the last hour's 3 drops came back within \
+         1m 30s); room for a surge of 80 MiB"
+    );
+    // 5 is asked for until the minute's readings let go of 180's (at 240); the window holds it
+    // 90 s more; then down to the room kept for the surge seen at 180 (100 to 250 MiB: 3
+    // instances hold 50 + 150 MiB short of their limit).
+    assert_eq!(decide(&s, &obs(&[50.0; 5]), &mut h, at(180)).desired, 5);
+    let five_idle = obs(&[10.0; 5]);
+    for t in [200, 240, 329] {
+        assert_eq!(decide(&s, &five_idle, &mut h, at(t)).desired, 5, "at {t}");
+    }
+    assert_eq!(decide(&s, &five_idle, &mut h, at(331)).desired, 3);
+}
+
+#[test]
+fn room_is_kept_for_an_hour_for_a_surge_that_came_again() {
+    let s = adaptive(1, 20, 50.0);
+    let (mut h, t0) = settled(1);
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    // A surge: 40 % on one instance, then 96 %, then 80 % on two (the demand rose by 56 and 64
+    // MiB between passes), then 40 % on four; then back to 40 MiB.
+    let surge = [obs(&[96.0]), obs(&[80.0; 2]), obs(&[40.0; 4])];
+    let mut desired = |t: u64, o: &Observation| decide(&s, o, &mut h, at(t)).desired;
+    assert_eq!(desired(0, &obs(&[40.0])), 1);
+    for (k, o) in surge.iter().enumerate() {
+        desired(15 * (k as u64 + 1), o);
+    }
+    // The first of its kind: room for it only within the scale-down window (300 s).
+    let quiet = |n: usize| obs(&vec![40.0 / n as f64; n]);
+    let mut n = 4;
+    for t in (60..=900).step_by(15) {
+        n = desired(t, &quiet(n)) as usize;
+    }
+    assert_eq!(n, 1);
+    // It comes again: a rise back to a level of the last hour, that would have taken the one
+    // instance holding 40 MiB above its tolerance. Room for it (40 + 64 MiB short of the
+    // limit, 97 MiB each: 2) is kept for an hour (past the window that holds the drop), then
+    // let go of.
+    for (k, o) in surge.iter().enumerate() {
+        desired(915 + 15 * k as u64, o);
+    }
+    for t in (960..=4500).step_by(15) {
+        n = desired(t, &quiet(n)) as usize;
+        assert!(n == 2 || t < 1300, "{n} at {t}");
+    }
+    for t in (4515..=4900).step_by(15) {
+        n = desired(t, &quiet(n)) as usize;
+    }
+    assert_eq!(n, 1);
 }
 
 #[test]
@@ -173,4 +232,33 @@ fn an_oom_kill_since_the_last_pass_counts_as_the_limit() {
     // The kernel killed in both since: the memory the kill freed does not hide the demand.
     let p = decide(&s, &with_kills(4), &mut h, t0 + Duration::from_secs(15));
     assert_eq!((p.desired, p.reason), (6, Reason::AtLimit));
+}
+
+#[test]
+fn a_reading_that_reached_the_limit_between_passes_wakes_the_pass() {
+    let s = adaptive(1, 20, 50.0);
+    let gap = adaptive::WAKE_GAP;
+    // Newly at the limit, long enough after the last pass: now.
+    assert!(adaptive::wakes(&s, false, true, gap));
+    // Not at the limit; already at it at the last pass (the passes follow it); too soon.
+    assert!(!adaptive::wakes(&s, false, false, gap));
+    assert!(!adaptive::wakes(&s, true, true, gap));
+    assert!(!adaptive::wakes(
+        &s,
+        false,
+        true,
+        gap - Duration::from_secs(1)
+    ));
+    // Only the `adaptive` policy on memory, and not while paused.
+    assert!(!adaptive::wakes(&spec(1, 20, 50.0), false, true, gap));
+    let paused = GroupSpec {
+        paused: true,
+        ..s.clone()
+    };
+    assert!(!adaptive::wakes(&paused, false, true, gap));
+    let no_memory = GroupSpec {
+        memory_threshold: None,
+        ..s
+    };
+    assert!(!adaptive::wakes(&no_memory, false, true, gap));
 }

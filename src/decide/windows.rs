@@ -66,7 +66,7 @@ pub(super) fn stabilize(
     // `History`): it holds back scale-down only, and only when there is a window.
     let window = match spec.policy {
         Policy::Kubernetes => spec.scale_down_stabilization,
-        Policy::Adaptive => history.estimates.window(spec, now),
+        Policy::Adaptive => history.estimates.window(spec),
     };
     let seed = (history.is_fresh() && !window.is_zero()).then_some(base);
     let up = history

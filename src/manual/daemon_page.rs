@@ -34,9 +34,10 @@ pub fn daemon_page() -> String {
          incus-hpa.toml(5), declares groups of instances: for each, min and max, what it scales \
          on (memory, CPU, pressure, numbers a program prints, schedule windows), and the image \
          and config to create them from. incus-hpa \
-         run observes each group's instances through the Incus API at every interval, decides \
-         how many there should be, and creates, starts or deletes instances until reality \
-         matches. It only ever acts on instances it created for a group, never on missing data, \
+         run observes each group's instances through the Incus API at every interval (and, for \
+         the adaptive policy, as soon as an instance reaches its memory limit between two \
+         passes), decides how many there should be, and creates, starts or deletes instances \
+         until reality matches. It only ever acts on instances it created for a group, never on missing data, \
          and keeps running on the last good file when an edit is wrong.",
     );
     p.para(

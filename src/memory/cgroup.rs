@@ -173,6 +173,27 @@ impl MemorySource for CgroupSource {
             .map(|n| self.read_one_wanted(project, n, wanted))
             .collect()
     }
+
+    fn usage(&self, project: &str, name: &str) -> Option<u64> {
+        let payload = Self::payload(project, name);
+        [
+            self.root
+                .join("memory")
+                .join(&payload)
+                .join("memory.usage_in_bytes"),
+            self.root.join(&payload).join("memory.current"),
+            self.root
+                .join("unified")
+                .join(&payload)
+                .join("memory.current"),
+        ]
+        .iter()
+        .find_map(|p| read_u64(p))
+    }
+
+    fn peek(&self, project: &str, name: &str) -> Option<Memory> {
+        self.read_one_wanted(project, name, Wanted::NONE)
+    }
 }
 
 fn read_u64(path: &Path) -> Option<u64> {

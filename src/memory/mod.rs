@@ -59,6 +59,22 @@ pub trait MemorySource: Send + Sync {
         let _ = wanted;
         self.read_placed(project, names, members).await
     }
+
+    /// What one instance uses now, page cache included, when this source can tell it without a
+    /// request to incusd (one cgroup file on this host): the watch between passes reads it
+    /// every second ([`crate::reconciler::Reconciler::peek`]). `None` otherwise.
+    fn usage(&self, project: &str, name: &str) -> Option<u64> {
+        let _ = (project, name);
+        None
+    }
+
+    /// One instance's reading, when this source can take it without a request to incusd: what
+    /// the watch reads of an instance whose [`MemorySource::usage`] is near its limit. `None`
+    /// otherwise.
+    fn peek(&self, project: &str, name: &str) -> Option<Memory> {
+        let _ = (project, name);
+        None
+    }
 }
 
 /// The cgroup files first, the API for the instances they do not cover.
@@ -105,6 +121,14 @@ impl MemorySource for AutoSource {
             self.api.read_placed(project, &missing, &placed).await
         })
         .await
+    }
+
+    fn usage(&self, project: &str, name: &str) -> Option<u64> {
+        self.cgroup.usage(project, name)
+    }
+
+    fn peek(&self, project: &str, name: &str) -> Option<Memory> {
+        self.cgroup.peek(project, name)
     }
 }
 

@@ -25,7 +25,7 @@ pub use keys::{GROUP_KEY, OWNER_KEY, PROTECTED_KEY, UUID_KEY, WARM_KEY};
 pub use observation::{
     Foreign, InstanceStatus, Memory, Observation, ObservedInstance, Wanted, Window,
 };
-pub use plan::{Action, Cause, Note, Plan, Reason, SignalState, Summary};
+pub use plan::{Action, Cause, HoldWindow, Note, Plan, Reason, Room, SignalState, Summary};
 pub use spec::{
     DaemonSpec, DesiredState, ExternalSpec, GroupName, GroupSpec, MemorySourceKind, Policy,
     ScaleDownOrder, ScheduleSpec, DEFAULT_CONTROL_SOCKET, MAX_INSTANCES, RESTART_BACKOFF_MAX,

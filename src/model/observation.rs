@@ -45,6 +45,11 @@ impl Wanted {
         cpu: true,
         pressure: true,
     };
+    /// Memory alone.
+    pub const NONE: Wanted = Wanted {
+        cpu: false,
+        pressure: false,
+    };
 }
 
 /// The lifecycle state of an instance, as Incus reports it.

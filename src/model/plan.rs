@@ -254,6 +254,65 @@ pub struct Plan {
     pub requeue_in: Option<Duration>,
     /// What the host check did to the additions, when the hosts were read.
     pub headroom: Option<super::HeadroomCheck>,
+    /// The `adaptive` policy's scale-down window in force and what it learned it from (`None`
+    /// for the `kubernetes` policy, whose window is `scale_down_stabilization`).
+    pub hold: Option<HoldWindow>,
+}
+
+/// How long the `adaptive` policy holds instances after its recommendation drops, learned from
+/// how the drops of the last hour came back (`src/decide/hold.rs`), and the room it keeps for
+/// surges.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HoldWindow {
+    pub window: Duration,
+    /// Drops remembered (the last hour).
+    pub drops: usize,
+    /// Of them, those that came back within the window.
+    pub back_within: usize,
+    /// The room kept for surges at the last pass, if any.
+    pub room: Option<Room>,
+}
+
+/// The room the `adaptive` policy keeps for surges (`src/decide/adaptive.rs`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Room {
+    /// The largest surge kept room for (a rise of the demand between two passes), MiB: the
+    /// largest within the scale-down window, or of the last hour when it came again or
+    /// reached the limit.
+    pub surge_mib: f64,
+}
+
+impl HoldWindow {
+    /// For people: "holding 1m 30s after drops (learned: 3 of the last hour's 5 drops came
+    /// back within 1m 30s); room for a surge of 120 MiB".
+    pub fn describe(&self) -> String {
+        let w = humantime::format_duration(Duration::from_secs(self.window.as_secs()));
+        let hold = match (self.drops, self.window.is_zero()) {
+            (0, true) => "letting drops go at once (nothing learned yet)".into(),
+            (0, false) => format!("holding {w} after drops (nothing learned yet: no drop in the last hour)"),
+            (n, true) => format!(
+                "letting drops go at once (learned: holding none of the last hour's {n} drop{} would have paid)",
+                plural(n)
+            ),
+            (n, false) => format!(
+                "holding {w} after drops (learned: {} of the last hour's {n} drop{} came back within {w})",
+                self.back_within,
+                plural(n)
+            ),
+        };
+        match self.room {
+            Some(room) => format!("{hold}; room for a surge of {:.0} MiB", room.surge_mib),
+            None => hold,
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 /// What one signal of a group says in one pass.
@@ -285,4 +344,6 @@ pub struct Summary {
     pub error: Option<String>,
     /// Another daemon holds the group's lease: its holder id.
     pub standby: Option<String>,
+    /// The `adaptive` policy's scale-down window in force.
+    pub hold: Option<HoldWindow>,
 }

@@ -38,6 +38,9 @@ pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// How long after the daemon removed an instance the events about it are its own.
 const OWN_EVENTS: Duration = Duration::from_secs(10);
+/// How often the watch between passes reads the memory of the `adaptive` groups' instances
+/// ([`Reconciler::peek`]).
+pub const PEEK_EVERY: Duration = Duration::from_secs(1);
 
 /// Builds the memory source `[daemon] memory_source` asks for.
 pub type MemoryFactory = Arc<dyn Fn(MemorySourceKind) -> Arc<dyn MemorySource> + Send + Sync>;
@@ -77,6 +80,11 @@ struct GroupState {
     external_said: crate::external::Said,
     /// The group's schedule windows, compiled.
     windows: crate::schedule::Windows,
+    /// The instances the last pass saw, with their memory limits where it read them: what the
+    /// watch between passes reads ([`Reconciler::peek`]).
+    watched: Vec<(String, Option<u64>)>,
+    /// Whether one of them was at its limit at the last pass.
+    at_limit: bool,
 }
 
 /// The host's time zone, read once: the zone of schedule windows that name none (UTC, said
@@ -115,6 +123,8 @@ impl GroupState {
             external: Default::default(),
             external_said: Default::default(),
             windows: windows(spec),
+            watched: Vec::new(),
+            at_limit: false,
         }
     }
 }
@@ -241,6 +251,56 @@ impl Reconciler {
         }
     }
 
+    /// The watch between passes: for each group of the `adaptive` policy that scales on memory,
+    /// reads what its instances use where that costs no request to incusd (one cgroup file
+    /// each on this host; their whole reading only when that is near the limit), and makes the
+    /// group due at `now` when one of them reached its limit since the last pass
+    /// ([`crate::decide::adaptive::wakes`]). Not for a group backing off, in standby, or with
+    /// a pass due within [`PEEK_EVERY`].
+    pub fn peek(&mut self, now: Instant) {
+        use crate::decide::adaptive::{at_limit, wakes};
+        for g in self.groups.values_mut() {
+            let since = g
+                .done
+                .map_or(Duration::ZERO, |d| now.saturating_duration_since(d));
+            if g.failures > 0
+                || g.next <= now + PEEK_EVERY
+                || !wakes(&g.spec, g.at_limit, true, since)
+                || self
+                    .ctx
+                    .leases
+                    .standing(&g.spec.project, g.spec.name.as_str())
+                    .standby()
+                    .is_some()
+            {
+                continue;
+            }
+            let project = &g.spec.project;
+            let memory = &self.memory;
+            let full = g.watched.iter().find_map(|(name, limit)| {
+                // Page cache counts in what `usage` tells: the working set says whether the
+                // instance is full. Without a limit known yet, the whole reading is taken.
+                let near = |usage| {
+                    limit.is_none_or(|limit| {
+                        at_limit(&crate::model::Memory {
+                            usage,
+                            limit,
+                            ..Default::default()
+                        })
+                    })
+                };
+                let full = memory.usage(project, name).is_some_and(near)
+                    && memory.peek(project, name).is_some_and(|m| at_limit(&m));
+                full.then_some(name)
+            });
+            if let Some(name) = full {
+                tracing::debug!(group = %g.spec.name, instance = %name,
+                    "{name} reached its memory limit: reconciling {} now", g.spec.name);
+                g.next = now;
+            }
+        }
+    }
+
     /// Incus answers again: groups that were backing off because it could not be reached are
     /// retried at once.
     pub fn incus_back(&mut self, now: Instant) {
@@ -332,6 +392,7 @@ impl Reconciler {
                         reason: Reason::NoMetrics,
                         error: None,
                         standby: None,
+                        hold: None,
                     });
                     s.error = Some(e.to_string());
                     g.last = Some(s);
@@ -393,6 +454,7 @@ impl Reconciler {
                     next_pass: Some(at(g.next)),
                     last_error: last.and_then(|l| l.error.clone()),
                     standby: last.and_then(|l| l.standby.clone()),
+                    scale_down_window: last.and_then(|l| l.hold).map(|h| h.describe()),
                 }
             })
             .collect();

@@ -62,6 +62,16 @@ pub(super) async fn reconcile(
         .await
         .map_err(|e| (ReconcileError::Observe(e), None, Vec::new()))?;
     obs.external = external_values(g, now).await;
+    g.watched = obs
+        .instances
+        .iter()
+        .map(|i| (i.name.clone(), i.memory.map(|m| m.limit)))
+        .collect();
+    g.at_limit = obs
+        .instances
+        .iter()
+        .filter_map(|i| i.memory.as_ref())
+        .any(crate::decide::adaptive::at_limit);
     // Schedule windows follow the wall clock; the pass is due again when one opens or closes.
     let wall = std::time::SystemTime::now();
     let bounds = g.windows.at(wall);
@@ -130,6 +140,7 @@ pub(super) async fn reconcile(
         reason: plan.reason,
         error: None,
         standby: standby.clone(),
+        hold: plan.hold,
     };
     if standby.is_some() || plan.actions.is_empty() {
         // A lease just taken is read back one renewal later: look again then.
@@ -184,6 +195,10 @@ pub(super) async fn reconcile(
             instance: o.instance.clone(),
             outcome: outcome.to_owned(),
         });
+        if matches!(o.action, "create" | "promote") && o.result.is_ok() {
+            // The watch between passes reads it from now on, not from the next pass.
+            g.watched.push((o.instance.clone(), None));
+        }
         match (o.action, &o.result) {
             ("create", Ok(Done::Finished)) => g.history.created(&o.instance),
             ("create" | "create-warm", Ok(Done::StillRunning)) => {

@@ -827,6 +827,15 @@ impl MemorySource for FakeIncus {
         }
         out
     }
+
+    /// As the cgroup files would tell it: no request.
+    fn usage(&self, project: &str, name: &str) -> Option<u64> {
+        self.peek(project, name).map(|m| m.usage)
+    }
+
+    fn peek(&self, _project: &str, name: &str) -> Option<Memory> {
+        self.with(|s| s.instances.get(name).and_then(|i| i.memory))
+    }
 }
 
 fn to_api(name: &str, i: &FakeInstance) -> Instance {

@@ -175,6 +175,11 @@ async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
         table.status.success() && out.contains("| web ") && out.contains("71.5%"),
         "{out}"
     );
+    // The scale-down window in force, and why.
+    assert!(
+        out.contains("SCALE-DOWN WINDOW") && out.contains("holding 1m 30s after drops (learned: 3"),
+        "{out}"
+    );
     let json = tokio::process::Command::new(bin)
         .args(["status", "--json", "--control-socket"])
         .arg(&path)
@@ -183,6 +188,9 @@ async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
         .unwrap();
     let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(doc["groups"][0]["utilization"], 71.5);
+    assert!(doc["groups"][0]["scale_down_window"]
+        .as_str()
+        .is_some_and(|w| w.contains("came back within 1m 30s")));
     // Without --control-socket, the one the desired-state file names.
     let conf = dir.path().join("named.toml");
     std::fs::write(

@@ -321,3 +321,26 @@ async fn removals_never_run_beside_creations_in_a_pass() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reading_at_the_limit_wakes_an_adaptive_group_long_before_its_interval() {
+    for (policy, wakes) in [("adaptive", true), ("kubernetes", false)] {
+        let toml = web(2, 6)
+            .replace("interval = \"2s\"", "interval = \"1h\"")
+            .replace(
+                "memory_threshold = 50\n",
+                &format!("memory_threshold = 50\npolicy = \"{policy}\"\n"),
+            );
+        let fake = Arc::new(FakeIncus::default());
+        *fake.default_memory.lock().unwrap() = Some(mem(30.0));
+        let h = Harness::start(&toml, fake);
+        eventually("2 running", MINUTE, || h.fake.running("web") == 2).await;
+        run_for(Duration::from_secs(10)).await;
+        // Both fill up to their limit between two passes of the 1 h interval: the watch reads
+        // it, and the adaptive group grows at once; Kubernetes waits for its next period.
+        h.fake.set_group_memory("web", 99.0);
+        run_for(Duration::from_secs(30)).await;
+        assert_eq!(h.fake.running("web") > 2, wakes, "{policy}");
+        h.shutdown().await;
+    }
+}

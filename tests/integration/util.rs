@@ -204,6 +204,9 @@ pub fn web_status() -> incus_hpa::control::Status {
             next_pass: None,
             last_error: None,
             standby: None,
+            scale_down_window: Some(
+                "holding 1m 30s after drops (learned: 3 of the last hour's 5 drops came back within 1m 30s)".into(),
+            ),
         }],
     }
 }
