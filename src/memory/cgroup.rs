@@ -281,6 +281,13 @@ mod tests {
             })
         );
         assert_eq!(s.read_one("default", "web-b"), None);
+        // The watch between passes reads the usage alone (page cache included), from one file.
+        assert_eq!(s.usage("default", "web-a"), Some(50000));
+        assert_eq!(s.usage("default", "web-b"), None);
+        assert_eq!(
+            s.peek("default", "web-a"),
+            s.read_one_wanted("default", "web-a", Wanted::NONE)
+        );
     }
 
     #[test]
@@ -360,6 +367,18 @@ mod tests {
         let m = s.read_one(project, name).expect("a memory reading");
         assert_eq!((m.usage, m.limit), (40000, 100000), "{m:?}");
         (m.cpu_ns, m.pressure)
+    }
+
+    #[test]
+    fn the_watch_reads_memory_current_on_v2_at_the_root_or_under_unified() {
+        for under in ["", "unified"] {
+            let t = tempfile::tempdir().unwrap();
+            write(&t.path().join(under).join("lxc.payload.web-a"), &V2_MEMORY);
+            let s = CgroupSource::new(t.path(), 1 << 30);
+            let current: u64 = V2_MEMORY[0].1.trim().parse().unwrap();
+            assert_eq!(s.usage("default", "web-a"), Some(current), "{under:?}");
+            assert!(s.peek("default", "web-a").is_some(), "{under:?}");
+        }
     }
 
     #[test]
