@@ -422,8 +422,9 @@ pub fn keys() -> Vec<Key> {
             doc: "Sets both tolerance_up and tolerance_down. For memory with policy = \
                   \"kubernetes\", and for CPU and external signals: no change while \
                   utilization / threshold is within 1 - tolerance_down and 1 + tolerance_up. \
-                  For memory with \"adaptive\": only how far above the threshold a group with \
-                  an unmeasured instance must be before it grows.",
+                  For memory with \"adaptive\": only tolerance_up counts (see there), and \
+                  how far above the threshold a group with an unmeasured instance must be \
+                  before it grows.",
             example: "tolerance = 0.1",
         },
         Key {
@@ -434,7 +435,9 @@ pub fn keys() -> Vec<Key> {
             range: Some("0 up to, not including, 1".into()),
             applies: OnReload,
             doc: "No scale-up while utilization / threshold is at most 1 + tolerance_up \
-                  (Kubernetes 1.33 and later set each direction apart).",
+                  (Kubernetes 1.33 and later set each direction apart). With policy = \
+                  \"adaptive\", for memory: the count is kept while every demand of the last \
+                  minute stays within it.",
             example: "tolerance_up = 0.1",
         },
         Key {
@@ -444,7 +447,9 @@ pub fn keys() -> Vec<Key> {
             default: d("tolerance"),
             range: Some("0 up to, not including, 1".into()),
             applies: OnReload,
-            doc: "No scale-down while utilization / threshold is at least 1 - tolerance_down.",
+            doc: "No scale-down while utilization / threshold is at least 1 - tolerance_down. \
+                  Not for memory with policy = \"adaptive\", which gives instances back as soon \
+                  as the threshold asks for fewer (through its scale-down window).",
             example: "tolerance_down = 0.1",
         },
         Key {
