@@ -146,13 +146,7 @@ impl Estimates {
                 self.surges.push_back((now, demand - last));
             }
         }
-        while self
-            .surges
-            .front()
-            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > memory)
-        {
-            self.surges.pop_front();
-        }
+        forget(&mut self.surges, now, memory);
         self.surges.iter().map(|(_, s)| *s).fold(0.0, f64::max)
     }
 
@@ -186,21 +180,11 @@ impl Estimates {
             }
         }
         self.past.push_back((now, demand));
-        while self.past.len() > MOST_SAMPLES
-            || self
-                .past
-                .front()
-                .is_some_and(|(t, _)| now.saturating_duration_since(*t) > SURGE_MEMORY)
-        {
+        forget(&mut self.past, now, SURGE_MEMORY);
+        while self.past.len() > MOST_SAMPLES {
             self.past.pop_front();
         }
-        while self
-            .returns
-            .front()
-            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > SURGE_MEMORY)
-        {
-            self.returns.pop_front();
-        }
+        forget(&mut self.returns, now, SURGE_MEMORY);
         self.returns.iter().map(|(_, s)| *s).fold(0.0, f64::max)
     }
 
@@ -209,13 +193,7 @@ impl Estimates {
     /// fell between none; so a step of the load, or noise, is not a trend. 0 otherwise.
     fn trend(&mut self, now: Instant, demand: f64) -> f64 {
         self.demand.push_back((now, demand));
-        while self
-            .demand
-            .front()
-            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > TREND_WINDOW)
-        {
-            self.demand.pop_front();
-        }
+        forget(&mut self.demand, now, TREND_WINDOW);
         // A trend needs three samples over half the window.
         let span = self
             .demand
@@ -244,6 +222,16 @@ impl Estimates {
             return 0.0;
         }
         rising.into_iter().fold(f64::INFINITY, f64::min)
+    }
+}
+
+/// Forgets the samples of `samples` (oldest first) taken more than `keep` before `now`.
+fn forget<T>(samples: &mut VecDeque<(Instant, T)>, now: Instant, keep: Duration) {
+    while samples
+        .front()
+        .is_some_and(|(t, _)| now.saturating_duration_since(*t) > keep)
+    {
+        samples.pop_front();
     }
 }
 
