@@ -402,7 +402,9 @@ pub fn keys() -> Vec<Key> {
                   change within the tolerance, and Kubernetes' default scale-up rate unless step \
                   limits are set. \"adaptive\" sizes the group from an estimate of its demand: \
                   each instance's base use is learned, an instance at its limit at least doubles \
-                  the count, growth is carried one interval ahead, how long a drop is held is \
+                  the count, growth is carried one interval ahead (and while the demand rises \
+                  through noise, the count is kept only with a margin of half its typical \
+                  change between passes within the tolerance), how long a drop is held is \
                   learned from how the group's drops came back (never longer than \
                   scale_down_stabilization), room is kept for surges it has seen (incus-hpa \
                   status shows both in its SCALE-DOWN WINDOW column), and an instance that \
@@ -437,7 +439,8 @@ pub fn keys() -> Vec<Key> {
             doc: "No scale-up while utilization / threshold is at most 1 + tolerance_up \
                   (Kubernetes 1.33 and later set each direction apart). With policy = \
                   \"adaptive\", for memory: the count is kept while every demand of the last \
-                  minute stays within it.",
+                  minute stays within it (by half a typical change between passes while the \
+                  demand rises through noise).",
             example: "tolerance_up = 0.1",
         },
         Key {

@@ -15,6 +15,10 @@
 //! - **Load that keeps growing**: the demand's trend over the last minute (the slowest growth
 //!   between passes, when it grew between most and fell between none) is carried one interval
 //!   ahead, so that new instances are ready when the load arrives rather than one pass after it.
+//!   A rise through noise (falls between passes, but a least-squares slope over the last five
+//!   minutes well above 0) has no such trend: there the count is kept only while the last
+//!   minute's demand stays within tolerance by half the median change between passes, since
+//!   the noise would take it above before the next pass.
 //! - **Load that comes in surges**: a surge lands between passes, and only instances already
 //!   there take it. The policy keeps room, short of the limit, for the largest rise of the
 //!   demand between two passes within the scale-down window, and for an hour for one that came
@@ -51,6 +55,11 @@ const SURGE_MEMORY: Duration = Duration::from_secs(3600);
 const MOST_SAMPLES: usize = 4096;
 /// A rise back to this fraction of a level of the last hour is a level coming again.
 const AGAIN: f64 = 0.8;
+
+/// The demand samples a rise is fitted over (see [`Estimates::rising`]).
+const RISE_WINDOW: Duration = Duration::from_secs(300);
+/// A rise is a least-squares slope at least this many standard errors above 0.
+const RISE_T: f64 = 3.0;
 
 /// What a second at the limit costs against a second overloaded (the simulator's `10 ×
 /// oom_s`, on top of the second overloaded).
@@ -186,6 +195,57 @@ impl Estimates {
         }
         forget(&mut self.returns, now, SURGE_MEMORY);
         self.returns.iter().map(|(_, s)| *s).fold(0.0, f64::max)
+    }
+
+    /// Whether the demand rises through its noise: the least-squares slope of the samples of
+    /// the last [`RISE_WINDOW`] (at least six) is at least [`RISE_T`] standard errors above 0.
+    /// Unlike [`Estimates::trend`], a rise with falls between passes.
+    fn rising(&self, now: Instant) -> bool {
+        let recent: Vec<(f64, f64)> = self
+            .past
+            .iter()
+            .rev()
+            .map(|(at, d)| (now.saturating_duration_since(*at), *d))
+            .take_while(|(ago, _)| *ago <= RISE_WINDOW)
+            .map(|(ago, d)| (-ago.as_secs_f64(), d))
+            .collect();
+        if recent.len() < 6 {
+            return false;
+        }
+        let n = recent.len() as f64;
+        let mean_t = recent.iter().map(|(t, _)| t).sum::<f64>() / n;
+        let mean_d = recent.iter().map(|(_, d)| d).sum::<f64>() / n;
+        let stt: f64 = recent.iter().map(|(t, _)| (t - mean_t).powi(2)).sum();
+        if stt <= 0.0 {
+            return false;
+        }
+        let slope = recent
+            .iter()
+            .map(|(t, d)| (t - mean_t) * (d - mean_d))
+            .sum::<f64>()
+            / stt;
+        let residuals: f64 = recent
+            .iter()
+            .map(|(t, d)| (d - mean_d - slope * (t - mean_t)).powi(2))
+            .sum();
+        let error = (residuals / (n - 2.0) / stt).sqrt();
+        slope > 0.0 && slope > RISE_T * error
+    }
+
+    /// The median change of the demand between successive passes of the last hour, bytes (0
+    /// before two samples).
+    fn typical_change(&self) -> f64 {
+        let mut changes: Vec<f64> = self
+            .past
+            .iter()
+            .zip(self.past.iter().skip(1))
+            .map(|((_, a), (_, b))| (b - a).abs())
+            .collect();
+        if changes.is_empty() {
+            return 0.0;
+        }
+        let middle = changes.len() / 2;
+        *changes.select_nth_unstable_by(middle, f64::total_cmp).1
     }
 
     /// Records `demand` and returns its growth rate, bytes per second: the slowest growth
@@ -329,8 +389,20 @@ pub fn recommend(
             .filter(|(t, _)| now.saturating_duration_since(*t) <= horizon)
             .map(|(_, d)| *d)
             .fold(predicted, f64::max);
+        // While the demand rises through its noise, the count is kept only while those
+        // readings stay within tolerance by half a typical change between passes: such a rise
+        // crosses the top of the tolerance between passes, and the group would be overloaded
+        // until the next one.
+        let margin = if est.rising(now) {
+            est.typical_change() / 2.0
+        } else {
+            0.0
+        };
         let count = |d: f64, per: f64| (d / per - 1e-9).ceil().max(0.0);
-        let (holds, at_threshold) = (count(recent, per_tolerated), count(predicted, per_instance));
+        let (holds, at_threshold) = (
+            count(recent + margin, per_tolerated),
+            count(predicted, per_instance),
+        );
         let current = f64::from(base_count);
         if current < holds || current > at_threshold {
             at_threshold.max(holds)

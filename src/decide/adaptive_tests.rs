@@ -1,5 +1,6 @@
 //! The `adaptive` policy's rules, one test each: the base learned from fresh instances, the
-//! count doubled at the limit, the trend carried ahead, the scale-down window learned from how
+//! count doubled at the limit, the trend carried ahead, the margin kept while the demand rises
+//! through its noise, the scale-down window learned from how
 //! drops came back, room for surges that came again, the pass woken by a reading at the limit,
 //! and the guards it shares with `kubernetes` (bounds, a missing metric never scales down).
 
@@ -110,6 +111,41 @@ fn growing_demand_is_met_one_interval_ahead() {
     let (mut h, now) = settled(4);
     let o = of((0..4).map(|i| inst(i, 38, 600)).collect());
     assert_eq!(decide(&s, &o, &mut h, now).recommendation, 4);
+}
+
+#[test]
+fn a_noisy_rise_is_kept_within_tolerance_by_half_a_typical_change() {
+    // Two instances of 100 MiB at a 50 % threshold: the tolerance (0.1) keeps two up to 110
+    // MiB of demand. The demand, every 15 s, rises by 3 MiB a pass on average, falling every
+    // other pass (no steady trend), then reaches 108 MiB.
+    let s = adaptive(1, 20, 50.0);
+    let rise = [
+        60.0, 70.0, 64.0, 74.0, 68.0, 78.0, 72.0, 82.0, 76.0, 86.0, 80.0, 90.0, 84.0, 94.0, 88.0,
+        98.0, 92.0, 104.0, 98.0, 108.0,
+    ];
+    // The same 108 MiB in noise that does not rise: 98 and 108 in turn.
+    let level: Vec<f64> = (0..rise.len())
+        .map(|k| if k % 2 == 0 { 98.0 } else { 108.0 })
+        .collect();
+    let last = |demands: &[f64]| {
+        let (mut h, t0) = settled(2);
+        let mut plan = None;
+        for (k, d) in demands.iter().enumerate() {
+            let at = t0 + Duration::from_secs(15 * k as u64);
+            plan = Some(decide(&s, &obs(&[d / 2.0; 2]), &mut h, at));
+            if k + 1 < demands.len() {
+                assert_eq!(plan.as_ref().unwrap().desired, 2, "{d} MiB");
+            }
+        }
+        plan.unwrap()
+    };
+    // Rising, with changes of 6 to 12 MiB between passes: 108 + 10 / 2 is above 110, and the
+    // noise could take it above before the next pass.
+    let p = last(&rise);
+    assert_eq!((p.desired, p.reason), (3, Reason::AboveThreshold));
+    // Not rising: 108 is within tolerance, and the count stays.
+    let p = last(&level);
+    assert_eq!((p.desired, p.reason), (2, Reason::WithinTolerance));
 }
 
 #[test]

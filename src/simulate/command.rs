@@ -65,7 +65,9 @@ pub struct SimulateArgs {
     /// group's policy, `kubernetes` and `step`, and prints per family the distribution of the
     /// ratio of the policy's cost to the better baseline's (median, 95th percentile, worst,
     /// with its seed), the family's total ratio (sum of costs over sum of the better
-    /// baselines'), and on how many traces the policy was OOM longer than the better baseline.
+    /// baselines'), on how many traces the policy was OOM longer than the better baseline,
+    /// and the family's floor: the total no policy can go below, the cost of the best count
+    /// schedule chosen knowing each trace in advance, over the better baselines'.
     #[arg(long, value_name = "NAME|all")]
     pub family: Option<String>,
     /// With `--family`: how many traces of each family to run, seeds 0 to N − 1.

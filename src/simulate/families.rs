@@ -2,13 +2,14 @@
 //! the two baselines, and the distribution of how it did: per trace, the **ratio** of its cost
 //! to the better baseline's (the lower cost of `kubernetes` and `step`), and whether it was
 //! OOM longer than that baseline; per family, the median, 95th percentile and worst ratio
-//! (with its seed, to replay it), and the **total**: the sum of its costs over the sum of the
-//! better baselines'. Pure: the replays are [`super::simulate`] runs.
+//! (with its seed, to replay it), the **total**: the sum of its costs over the sum of the
+//! better baselines', and the **floor**: the same sum for [`super::hindsight`], which no
+//! policy's total can go below. Pure: the replays are [`super::simulate`] runs.
 
 use serde::Serialize;
 
 use super::generate::{self, Family};
-use super::{simulate, LoadModel, Scores, SimPolicy, Trace};
+use super::{hindsight, simulate, Clock, LoadModel, Scores, SimPolicy, Trace};
 use crate::model::GroupSpec;
 
 /// On every generated trace, the default policy's cost is at most this times the better
@@ -25,6 +26,9 @@ pub struct Outcome {
     pub default: Scores,
     pub kubernetes: Scores,
     pub step: Scores,
+    /// The floor under any policy's cost on the trace ([`hindsight::floor`]; `None` for a group
+    /// too large to compute it for).
+    pub floor: Option<f64>,
 }
 
 impl Outcome {
@@ -94,6 +98,13 @@ pub fn replay(spec: &GroupSpec, model: &LoadModel, family: Family, seed: u64) ->
         default: run(SimPolicy::Default),
         kubernetes: run(SimPolicy::Kubernetes),
         step: run(SimPolicy::Step),
+        floor: hindsight::floor(
+            spec,
+            &trace,
+            model,
+            &Clock::new(&spec.schedule, super::start())
+                .unwrap_or_else(|_| Clock::without_windows(super::start())),
+        ),
     })
 }
 
@@ -115,6 +126,9 @@ pub struct Distribution {
     pub above_bound: usize,
     /// Traces on which the default policy was OOM longer than the better baseline.
     pub oom_above: usize,
+    /// Σ floor / Σ better baseline cost: no policy's `total` can be below it (`None` when a
+    /// trace has no floor).
+    pub floor: Option<f64>,
 }
 
 /// The distribution of `outcomes` (at least one), named `name`.
@@ -140,6 +154,11 @@ pub fn distribution(name: &str, outcomes: &[Outcome]) -> Option<Distribution> {
         total: if better > 0.0 { ours / better } else { 1.0 },
         above_bound: outcomes.iter().filter(|o| o.ratio() > RATIO_BOUND).count(),
         oom_above: outcomes.iter().filter(|o| o.oom_above()).count(),
+        floor: outcomes
+            .iter()
+            .map(|o| o.floor)
+            .sum::<Option<f64>>()
+            .map(|f| if better > 0.0 { f / better } else { 1.0 }),
     })
 }
 
@@ -155,6 +174,7 @@ pub fn table(rows: &[Distribution]) -> String {
         "TOTAL",
         "ABOVE_1.25",
         "OOM_ABOVE",
+        "FLOOR",
     ];
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -174,6 +194,7 @@ pub fn table(rows: &[Distribution]) -> String {
                 format!("{:.2}", d.total),
                 d.above_bound.to_string(),
                 d.oom_above.to_string(),
+                d.floor.map_or_else(|| "-".into(), |f| format!("{f:.2}")),
             ]
         })
         .collect();
@@ -201,6 +222,7 @@ mod tests {
             default: scores("default", default),
             kubernetes: scores("kubernetes", kubernetes),
             step: scores("step", step),
+            floor: Some(default.min(kubernetes).min(step) / 2.0),
         }
     }
 
@@ -216,6 +238,8 @@ mod tests {
         let d = distribution("steps", &outcomes).unwrap();
         assert_eq!((d.median, d.p95, d.worst, d.worst_seed), (0.8, 2.0, 2.0, 2));
         assert_eq!(d.total, 43.0 / 40.0);
+        // Floors 2.5, 5, 5, 4.
+        assert_eq!(d.floor, Some(16.5 / 40.0));
         assert_eq!((d.above_bound, d.oom_above), (1, 2));
         assert_eq!(outcomes[2].better().policy, "step");
         assert_eq!(outcomes[2].violations().len(), 1);

@@ -35,6 +35,7 @@ pub mod command;
 pub mod families;
 pub mod fit;
 pub mod generate;
+pub mod hindsight;
 mod plot;
 mod trace;
 

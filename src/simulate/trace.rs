@@ -288,6 +288,12 @@ impl Trace {
         }
     }
 
+    /// The seconds from which the values may change: each row's `t`, rounded up (the run's
+    /// seconds take the value of the last row at or before them), in order.
+    pub fn changes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.times.iter().map(|t| t.ceil() as u64)
+    }
+
     /// The header's line in the file.
     pub fn header_line(&self) -> usize {
         self.header_line

@@ -132,18 +132,23 @@ fn outcomes() -> Vec<(Family, Vec<Outcome>)> {
 const HOLDS: [(&str, f64, usize, usize); 10] = [
     ("steps", 0.385, 0, 1),
     ("spikes", 0.425, 0, 0),
-    ("ramps", 0.394, 2, 0),
-    ("sawtooth-up", 1.006, 1, 0),
+    ("ramps", 0.388, 1, 0),
+    ("sawtooth-up", 1.022, 1, 0),
     ("sawtooth-down", 0.575, 0, 0),
-    ("sines", 0.687, 0, 0),
-    ("noise", 0.797, 1, 0),
-    ("daily", 0.803, 1, 0),
-    ("bursts", 0.561, 0, 6),
-    ("sums", 0.698, 0, 1),
+    ("sines", 0.684, 0, 0),
+    ("noise", 0.800, 1, 0),
+    ("daily", 0.739, 1, 0),
+    ("bursts", 0.560, 0, 6),
+    ("sums", 0.692, 0, 1),
 ];
 
 /// The families on every trace of which the default policy holds the bounds.
 const MEETS_THE_BOUNDS: [&str; 3] = ["spikes", "sawtooth-down", "sines"];
+
+/// The families whose floor ([`incus_hpa::simulate::hindsight`]: the cost of the best count
+/// schedule chosen knowing each trace in advance) is above [`families::TOTAL_BOUND`]: no
+/// policy can meet that bound on them.
+const OUT_OF_REACH: [&str; 1] = ["sawtooth-up"];
 
 #[test]
 fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
@@ -156,6 +161,13 @@ fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
             "{d:?}\nreplay: incus-hpa simulate -c benches/traces/group.toml --group bench \
              --family {name} --seed {} --compare",
             d.worst_seed
+        );
+        let floor = d.floor.unwrap();
+        assert!(floor <= d.total, "{d:?}");
+        assert_eq!(
+            floor > families::TOTAL_BOUND,
+            OUT_OF_REACH.contains(&name),
+            "{d:?}"
         );
         if MEETS_THE_BOUNDS.contains(&name) {
             assert!(d.total <= families::TOTAL_BOUND, "{d:?}");
@@ -175,7 +187,7 @@ fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
     }
     let d = families::distribution("all", &all).unwrap();
     assert!(
-        d.total <= 0.571 && d.above_bound <= 5 && d.oom_above <= 8,
+        d.total <= 0.569 && d.above_bound <= 4 && d.oom_above <= 8,
         "{d:?}"
     );
 }
