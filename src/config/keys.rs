@@ -406,8 +406,10 @@ pub fn keys() -> Vec<Key> {
                   through noise, the count is kept only with a margin of half its typical \
                   change between passes within the tolerance), how long a drop is held is \
                   learned from how the group's drops came back (never longer than \
-                  scale_down_stabilization), room is kept for surges it has seen (incus-hpa \
-                  status shows both in its SCALE-DOWN WINDOW column), and an instance that \
+                  scale_down_stabilization), room is kept for surges it has seen, a demand that \
+                  held a level over the last hour gets no more than the count that would have \
+                  cost least over its readings (incus-hpa status shows all three in its \
+                  SCALE-DOWN WINDOW column), and an instance that \
                   reaches its memory limit between two passes wakes the next one at once (read \
                   from its cgroup files on this host). Both stay within min, max, \
                   the stabilization windows and the step limits, and neither scales down on a \

@@ -24,10 +24,15 @@
 //!   demand between two passes within the scale-down window, and for an hour for one that came
 //!   again (a rise back to a level of the last hour beyond the tolerance, or to the limit).
 //!   And a reading that reaches the limit between passes wakes the pass at once ([`wakes`]).
+//! - **Load that holds a level**: noise around a level has rises between passes as large as
+//!   its range, and room for them would hold the group above what it needs. When the last
+//!   hour's demand holds a level, the count is at most the one that would have cost least over
+//!   its readings, and never fewer than holds the demand now within tolerance and the hour's
+//!   highest reading short of the limit.
 //!
 //! How long a drop is held is learned from how the group's drops came back ([`super::hold`]),
-//! within its `scale_down_stabilization`; `status` and the journal name the window, the room
-//! and why. A missing metric still never scales down; see [`super::decide`].
+//! within its `scale_down_stabilization`; `status` and the journal name the window, the room,
+//! the level's count and why. A missing metric still never scales down; see [`super::decide`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -61,6 +66,11 @@ const RISE_WINDOW: Duration = Duration::from_secs(300);
 /// A rise is a least-squares slope at least this many standard errors above 0.
 const RISE_T: f64 = 3.0;
 
+/// A level needs at least this many demand samples (see [`Estimates::level`]).
+const LEVEL_SAMPLES: usize = 20;
+/// A level's least-squares slope is within this many standard errors of 0.
+const LEVEL_T: f64 = 1.0;
+
 /// What a second at the limit costs against a second overloaded (the simulator's `10 ×
 /// oom_s`, on top of the second overloaded).
 const AT_LIMIT_WEIGHT: f64 = 11.0;
@@ -80,6 +90,8 @@ pub struct Estimates {
     past: VecDeque<(Instant, f64)>,
     /// The room kept at the last pass, for `status` and the journal.
     room: Option<crate::model::Room>,
+    /// The count a level of the last hour held the group to at the last pass, if it did.
+    level: Option<u32>,
     /// (when, lowest usage of a fresh instance then), bytes.
     bases: VecDeque<(Instant, u64)>,
     /// (when, estimated demand), bytes.
@@ -106,6 +118,7 @@ impl Estimates {
     pub fn learned(&self, spec: &GroupSpec) -> Learned {
         Learned {
             room: self.room,
+            level: self.level,
             ..self.hold.learned(spec)
         }
     }
@@ -209,27 +222,23 @@ impl Estimates {
             .take_while(|(ago, _)| *ago <= RISE_WINDOW)
             .map(|(ago, d)| (-ago.as_secs_f64(), d))
             .collect();
-        if recent.len() < 6 {
-            return false;
+        recent.len() >= 6
+            && slope(&recent).is_some_and(|(slope, error)| slope > 0.0 && slope > RISE_T * error)
+    }
+
+    /// The demand samples of the last hour (at least [`LEVEL_SAMPLES`]) when they hold a
+    /// level: their least-squares slope is within [`LEVEL_T`] standard errors of 0.
+    fn level(&self, now: Instant) -> Option<Vec<f64>> {
+        if self.past.len() < LEVEL_SAMPLES {
+            return None;
         }
-        let n = recent.len() as f64;
-        let mean_t = recent.iter().map(|(t, _)| t).sum::<f64>() / n;
-        let mean_d = recent.iter().map(|(_, d)| d).sum::<f64>() / n;
-        let stt: f64 = recent.iter().map(|(t, _)| (t - mean_t).powi(2)).sum();
-        if stt <= 0.0 {
-            return false;
-        }
-        let slope = recent
+        let points: Vec<(f64, f64)> = self
+            .past
             .iter()
-            .map(|(t, d)| (t - mean_t) * (d - mean_d))
-            .sum::<f64>()
-            / stt;
-        let residuals: f64 = recent
-            .iter()
-            .map(|(t, d)| (d - mean_d - slope * (t - mean_t)).powi(2))
-            .sum();
-        let error = (residuals / (n - 2.0) / stt).sqrt();
-        slope > 0.0 && slope > RISE_T * error
+            .map(|(at, d)| (-now.saturating_duration_since(*at).as_secs_f64(), *d))
+            .collect();
+        let (slope, error) = slope(&points)?;
+        (slope.abs() <= LEVEL_T * error).then(|| points.into_iter().map(|(_, d)| d).collect())
     }
 
     /// The median change of the demand between successive passes of the last hour, bytes (0
@@ -293,6 +302,31 @@ fn forget<T>(samples: &mut VecDeque<(Instant, T)>, now: Instant, keep: Duration)
     {
         samples.pop_front();
     }
+}
+
+/// The least-squares slope of `points` (t, value) and its standard error; `None` for fewer
+/// than three points or points all at one t.
+fn slope(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let n = points.len() as f64;
+    if points.len() < 3 {
+        return None;
+    }
+    let mean_t = points.iter().map(|(t, _)| t).sum::<f64>() / n;
+    let mean_v = points.iter().map(|(_, v)| v).sum::<f64>() / n;
+    let stt: f64 = points.iter().map(|(t, _)| (t - mean_t).powi(2)).sum();
+    if stt <= 0.0 {
+        return None;
+    }
+    let slope = points
+        .iter()
+        .map(|(t, v)| (t - mean_t) * (v - mean_v))
+        .sum::<f64>()
+        / stt;
+    let residuals: f64 = points
+        .iter()
+        .map(|(t, v)| (v - mean_v - slope * (t - mean_t)).powi(2))
+        .sum();
+    Some((slope, (residuals / (n - 2.0) / stt).sqrt()))
 }
 
 /// Whether `memory` is at its limit.
@@ -425,6 +459,51 @@ pub fn recommend(
     est.room = (surge > 0.0).then(|| crate::model::Room {
         surge_mib: surge / (1024.0 * 1024.0),
     });
+    // A load that held a level over the last hour needs no more than the count that would have
+    // cost least over the hour's readings: overloaded, at the limit, or above the ideal count;
+    // and never fewer than holds the demand now within tolerance and the hour's highest
+    // reading short of the limit. Noise around a level has rises between passes as large as
+    // its whole range, and the room kept for them would hold the group above what it needs.
+    let level = est
+        .level(now)
+        .filter(|_| per_instance > 0.0 && per_limit > 0.0);
+    est.level = None;
+    let needed = match level {
+        Some(samples) => {
+            let count = |d: f64, per: f64| (d / per - 1e-9).ceil().max(1.0);
+            let top = samples.iter().copied().fold(0.0, f64::max);
+            let least = count(demand, per_tolerated).max(count(top, per_limit));
+            let cost = |k: f64| -> f64 {
+                samples
+                    .iter()
+                    .map(|d| {
+                        let wanting = if d / k >= per_limit {
+                            AT_LIMIT_WEIGHT
+                        } else if d / k > per_tolerated {
+                            1.0
+                        } else {
+                            0.0
+                        };
+                        wanting + (k - (d / per_instance).ceil()).max(0.0) / 60.0
+                    })
+                    .sum()
+            };
+            let mut best = (needed, f64::INFINITY);
+            let mut k = least;
+            while k <= needed {
+                let c = cost(k);
+                if c < best.1 - 1e-9 {
+                    best = (k, c);
+                }
+                k += 1.0;
+            }
+            if best.0 < needed {
+                est.level = Some(best.0.min(f64::from(u32::MAX)) as u32);
+            }
+            best.0
+        }
+        None => needed,
+    };
     let mut needed = needed.min(f64::from(u32::MAX)) as u32;
     if at_limit {
         let m = readings.len() as u32;

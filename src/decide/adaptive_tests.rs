@@ -1,8 +1,9 @@
 //! The `adaptive` policy's rules, one test each: the base learned from fresh instances, the
 //! count doubled at the limit, the trend carried ahead, the margin kept while the demand rises
-//! through its noise, the scale-down window learned from how
-//! drops came back, room for surges that came again, the pass woken by a reading at the limit,
-//! and the guards it shares with `kubernetes` (bounds, a missing metric never scales down).
+//! through its noise, the count a level of the last hour needs, the scale-down window learned
+//! from how drops came back, room for surges that came again, the pass woken by a reading at
+//! the limit, and the guards it shares with `kubernetes` (bounds, a missing metric never
+//! scales down).
 
 use std::time::Duration;
 
@@ -297,4 +298,43 @@ fn a_reading_that_reached_the_limit_between_passes_wakes_the_pass() {
         ..s
     };
     assert!(!adaptive::wakes(&no_memory, false, true, gap));
+}
+
+#[test]
+fn a_level_of_the_last_hour_holds_the_count_to_what_its_readings_needed() {
+    // Noise around 300 MiB (from 60 to 540) on 100 MiB instances at a 50 % threshold, every
+    // 15 s for two hours; then the same noise on a demand that rises by 1 MiB a pass.
+    let s = adaptive(1, 20, 50.0);
+    let run = |rise: f64| {
+        let (mut h, t0) = settled(6);
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut n = 6;
+        let mut levels = Vec::new();
+        for k in 0..480u64 {
+            let noise: f64 = (0..4).map(|_| rng.f64() - 0.5).sum();
+            let d = 300.0 + rise * k as f64 + 120.0 * noise;
+            let at = t0 + Duration::from_secs(15 * k);
+            let p = decide(&s, &obs(&vec![d / f64::from(n); n as usize]), &mut h, at);
+            n = p.desired;
+            let learned = h.estimates.learned(&s);
+            if let Some(level) = learned.level {
+                levels.push(level);
+                assert!(
+                    learned.describe().ends_with(&format!(
+                        "; a level over the last hour: {level} instances would have cost least"
+                    )),
+                    "{}",
+                    learned.describe()
+                );
+            }
+        }
+        levels
+    };
+    // The room kept for rises as large as the noise's range (above 200 MiB) asks for more than
+    // the hour's readings needed: the level holds the count below it at some passes.
+    let levels = run(0.0);
+    assert!(!levels.is_empty());
+    assert!(levels.iter().all(|l| (5..=9).contains(l)), "{levels:?}");
+    // A demand that rises holds no level.
+    assert_eq!(run(1.0), Vec::<u32>::new());
 }

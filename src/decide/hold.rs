@@ -131,6 +131,7 @@ impl Hold {
                 drops: 0,
                 back_within: 0,
                 room: None,
+                level: None,
             };
         }
         let step = spec.interval.max(Duration::from_secs(1));
@@ -163,6 +164,7 @@ impl Hold {
                 .filter(|g| g.away.is_some_and(|a| a <= window))
                 .count(),
             room: None,
+            level: None,
         }
     }
 }

@@ -260,8 +260,8 @@ pub struct Plan {
 }
 
 /// How long the `adaptive` policy holds instances after its recommendation drops, learned from
-/// how the drops of the last hour came back (`src/decide/hold.rs`), and the room it keeps for
-/// surges.
+/// how the drops of the last hour came back (`src/decide/hold.rs`), the room it keeps for
+/// surges, and the count a level of the last hour holds it to.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HoldWindow {
     pub window: Duration,
@@ -271,6 +271,10 @@ pub struct HoldWindow {
     pub back_within: usize,
     /// The room kept for surges at the last pass, if any.
     pub room: Option<Room>,
+    /// The count a level of the demand over the last hour held the group to at the last pass
+    /// (the count that would have cost least over the hour's readings), if it held it below
+    /// what the other rules asked for.
+    pub level: Option<u32>,
 }
 
 /// The room the `adaptive` policy keeps for surges (`src/decide/adaptive.rs`).
@@ -300,9 +304,16 @@ impl HoldWindow {
                 plural(n)
             ),
         };
-        match self.room {
+        let room = match self.room {
             Some(room) => format!("{hold}; room for a surge of {:.0} MiB", room.surge_mib),
             None => hold,
+        };
+        match self.level {
+            Some(n) => format!(
+                "{room}; a level over the last hour: {n} instance{} would have cost least",
+                plural(n as usize)
+            ),
+            None => room,
         }
     }
 }
