@@ -410,7 +410,8 @@ pub fn keys() -> Vec<Key> {
                   held a level over the last hour gets no more than the count that would have \
                   cost least over its readings (incus-hpa status shows all three in its \
                   SCALE-DOWN WINDOW column), and an instance that \
-                  reaches its memory limit between two passes wakes the next one at once (read \
+                  reaches its memory limit, or a group that goes above its tolerance, between \
+                  two passes wakes the next one at once (read \
                   from its cgroup files on this host). Both stay within min, max, \
                   the stabilization windows and the step limits, and neither scales down on a \
                   missing reading.",

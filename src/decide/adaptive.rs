@@ -23,7 +23,8 @@
 //!   there take it. The policy keeps room, short of the limit, for the largest rise of the
 //!   demand between two passes within the scale-down window, and for an hour for one that came
 //!   again (a rise back to a level of the last hour beyond the tolerance, or to the limit).
-//!   And a reading that reaches the limit between passes wakes the pass at once ([`wakes`]).
+//!   And readings that reach the limit, or take the group above its tolerance, between passes
+//!   wake the pass at once ([`wakes`]).
 //! - **Load that holds a level**: noise around a level has rises between passes as large as
 //!   its range, and room for them would hold the group above what it needs. When the last
 //!   hour's demand holds a level, the count is at most the one that would have cost least over
@@ -334,22 +335,48 @@ pub fn at_limit(memory: &Memory) -> bool {
     memory.usage as f64 >= AT_LIMIT * memory.limit as f64
 }
 
-/// Whether a reading taken between passes (`at_limit_now`: one of the group's instances is at
-/// its limit) wakes the group's pass now, `since_pass` after the last one: for the `adaptive`
-/// policy on memory, when no instance was at its limit at the last pass (a surge that came
-/// since; one already there is the passes' to follow), and at least [`WAKE_GAP`] after it. A
-/// surge is then met in a second or so, not up to an `interval` later.
-pub fn wakes(
-    spec: &GroupSpec,
-    at_last_pass: bool,
-    at_limit_now: bool,
-    since_pass: Duration,
-) -> bool {
+/// What a group's memory readings say of its strain, from the least to the most pressing: what
+/// the watch between passes compares with the last pass ([`wakes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Strain {
+    /// Within the top of its tolerance.
+    #[default]
+    Within,
+    /// The group's utilization (its instances' usage over their limits) is above `1 +
+    /// tolerance_up` times its memory threshold.
+    AboveTolerance,
+    /// An instance is at its limit.
+    AtLimit,
+}
+
+/// The strain `readings` (the memory of a group's instances) show for the group `spec`.
+pub fn strain(spec: &GroupSpec, readings: impl IntoIterator<Item = Memory>) -> Strain {
+    let (mut used, mut limits, mut full) = (0.0, 0.0, false);
+    for m in readings {
+        full |= at_limit(&m);
+        used += m.usage.min(m.limit) as f64;
+        limits += m.limit as f64;
+    }
+    let top = spec.memory_threshold.map(|t| t * (1.0 + spec.tolerance_up));
+    if full {
+        Strain::AtLimit
+    } else if top.is_some_and(|top| limits > 0.0 && used / limits * 100.0 > top) {
+        Strain::AboveTolerance
+    } else {
+        Strain::Within
+    }
+}
+
+/// Whether readings taken between passes (their strain `now`) wake the group's pass now,
+/// `since_pass` after the last one (whose readings' strain was `at_last_pass`): for the
+/// `adaptive` policy on memory, when the strain rose since the last pass (a group that was at
+/// its limit, or above its tolerance, then is the passes' to follow), and at least
+/// [`WAKE_GAP`] after it. A surge is then met in a second or so, not up to an `interval` later.
+pub fn wakes(spec: &GroupSpec, at_last_pass: Strain, now: Strain, since_pass: Duration) -> bool {
     spec.policy == crate::model::Policy::Adaptive
         && spec.memory_threshold.is_some()
         && !spec.paused
-        && !at_last_pass
-        && at_limit_now
+        && now > at_last_pass
         && since_pass >= WAKE_GAP
 }
 

@@ -2,7 +2,7 @@
 //! count doubled at the limit, the trend carried ahead, the margin kept while the demand rises
 //! through its noise, the count a level of the last hour needs, the scale-down window learned
 //! from how drops came back, room for surges that came again, the pass woken by a reading at
-//! the limit, and the guards it shares with `kubernetes` (bounds, a missing metric never
+//! the limit or above the tolerance, and the guards it shares with `kubernetes` (bounds, a missing metric never
 //! scales down).
 
 use std::time::Duration;
@@ -272,32 +272,48 @@ fn an_oom_kill_since_the_last_pass_counts_as_the_limit() {
 }
 
 #[test]
-fn a_reading_that_reached_the_limit_between_passes_wakes_the_pass() {
+fn readings_that_reached_the_limit_or_left_the_tolerance_between_passes_wake_the_pass() {
+    use adaptive::Strain::{AboveTolerance, AtLimit, Within};
     let s = adaptive(1, 20, 50.0);
+    // 100 MiB limits, threshold 50 %, tolerance 0.1: above 55 % overall is above it.
+    let m = |usage: u64| Memory {
+        usage: usage * MIB,
+        limit: 100 * MIB,
+        ..Default::default()
+    };
+    assert_eq!(adaptive::strain(&s, [m(50), m(60)]), Within);
+    assert_eq!(adaptive::strain(&s, [m(54), m(60)]), AboveTolerance);
+    assert_eq!(adaptive::strain(&s, [m(10), m(97)]), AtLimit);
+    assert_eq!(adaptive::strain(&s, []), Within);
     let gap = adaptive::WAKE_GAP;
-    // Newly at the limit, long enough after the last pass: now.
-    assert!(adaptive::wakes(&s, false, true, gap));
-    // Not at the limit; already at it at the last pass (the passes follow it); too soon.
-    assert!(!adaptive::wakes(&s, false, false, gap));
-    assert!(!adaptive::wakes(&s, true, true, gap));
+    // Newly at the limit, or above the tolerance, long enough after the last pass: now; and
+    // at the limit when the last pass saw the group above its tolerance.
+    assert!(adaptive::wakes(&s, Within, AtLimit, gap));
+    assert!(adaptive::wakes(&s, Within, AboveTolerance, gap));
+    assert!(adaptive::wakes(&s, AboveTolerance, AtLimit, gap));
+    // No more strain than at the last pass (the passes follow it), or too soon.
+    assert!(!adaptive::wakes(&s, Within, Within, gap));
+    assert!(!adaptive::wakes(&s, AtLimit, AtLimit, gap));
+    assert!(!adaptive::wakes(&s, AboveTolerance, AboveTolerance, gap));
+    assert!(!adaptive::wakes(&s, AtLimit, AboveTolerance, gap));
     assert!(!adaptive::wakes(
         &s,
-        false,
-        true,
+        Within,
+        AtLimit,
         gap - Duration::from_secs(1)
     ));
     // Only the `adaptive` policy on memory, and not while paused.
-    assert!(!adaptive::wakes(&spec(1, 20, 50.0), false, true, gap));
+    assert!(!adaptive::wakes(&spec(1, 20, 50.0), Within, AtLimit, gap));
     let paused = GroupSpec {
         paused: true,
         ..s.clone()
     };
-    assert!(!adaptive::wakes(&paused, false, true, gap));
+    assert!(!adaptive::wakes(&paused, Within, AtLimit, gap));
     let no_memory = GroupSpec {
         memory_threshold: None,
         ..s
     };
-    assert!(!adaptive::wakes(&no_memory, false, true, gap));
+    assert!(!adaptive::wakes(&no_memory, Within, AtLimit, gap));
 }
 
 #[test]

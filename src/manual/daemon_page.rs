@@ -35,7 +35,8 @@ pub fn daemon_page() -> String {
          on (memory, CPU, pressure, numbers a program prints, schedule windows), and the image \
          and config to create them from. incus-hpa \
          run observes each group's instances through the Incus API at every interval (and, for \
-         the adaptive policy, as soon as an instance reaches its memory limit between two \
+         the adaptive policy, as soon as an instance reaches its memory limit, or the group goes \
+         above its tolerance, between two \
          passes), decides how many there should be, and creates, starts or deletes instances \
          until reality matches. It only ever acts on instances it created for a group, never on missing data, \
          and keeps running on the last good file when an edit is wrong.",

@@ -83,8 +83,8 @@ struct GroupState {
     /// The instances the last pass saw, with their memory limits where it read them: what the
     /// watch between passes reads ([`Reconciler::peek`]).
     watched: Vec<(String, Option<u64>)>,
-    /// Whether one of them was at its limit at the last pass.
-    at_limit: bool,
+    /// What their readings said of the group's strain at the last pass.
+    strain: crate::decide::adaptive::Strain,
 }
 
 /// The host's time zone, read once: the zone of schedule windows that name none (UTC, said
@@ -124,7 +124,7 @@ impl GroupState {
             external_said: Default::default(),
             windows: windows(spec),
             watched: Vec::new(),
-            at_limit: false,
+            strain: Default::default(),
         }
     }
 }
@@ -253,19 +253,20 @@ impl Reconciler {
 
     /// The watch between passes: for each group of the `adaptive` policy that scales on memory,
     /// reads what its instances use where that costs no request to incusd (one cgroup file
-    /// each on this host; their whole reading only when that is near the limit), and makes the
-    /// group due at `now` when one of them reached its limit since the last pass
-    /// ([`crate::decide::adaptive::wakes`]). Not for a group backing off, in standby, or with
+    /// each on this host; the whole reading of one near its limit, and of all of them when
+    /// the files put the group above its tolerance), and makes the group due at `now` when
+    /// one of them reached its limit, or the group went above its tolerance, since the last
+    /// pass ([`crate::decide::adaptive::wakes`]). Not for a group backing off, in standby, or with
     /// a pass due within [`PEEK_EVERY`].
     pub fn peek(&mut self, now: Instant) {
-        use crate::decide::adaptive::{at_limit, wakes};
+        use crate::decide::adaptive::{at_limit, strain, wakes, Strain};
         for g in self.groups.values_mut() {
             let since = g
                 .done
                 .map_or(Duration::ZERO, |d| now.saturating_duration_since(d));
             if g.failures > 0
                 || g.next <= now + PEEK_EVERY
-                || !wakes(&g.spec, g.at_limit, true, since)
+                || !wakes(&g.spec, g.strain, Strain::AtLimit, since)
                 || self
                     .ctx
                     .leases
@@ -277,25 +278,55 @@ impl Reconciler {
             }
             let project = &g.spec.project;
             let memory = &self.memory;
-            let full = g.watched.iter().find_map(|(name, limit)| {
-                // Page cache counts in what `usage` tells: the working set says whether the
-                // instance is full. Without a limit known yet, the whole reading is taken.
-                let near = |usage| {
-                    limit.is_none_or(|limit| {
-                        at_limit(&crate::model::Memory {
-                            usage,
-                            limit,
-                            ..Default::default()
-                        })
+            let usage: Vec<(&str, Option<u64>, Option<u64>)> = g
+                .watched
+                .iter()
+                .map(|(name, limit)| (name.as_str(), *limit, memory.usage(project, name)))
+                .collect();
+            // Page cache counts in what `usage` tells: the working set says whether an
+            // instance is full, or the group above its tolerance. Without a limit known yet,
+            // the whole reading is taken.
+            let near = |limit: Option<u64>, usage: u64| {
+                limit.is_none_or(|limit| {
+                    at_limit(&crate::model::Memory {
+                        usage,
+                        limit,
+                        ..Default::default()
                     })
-                };
-                let full = memory.usage(project, name).is_some_and(near)
-                    && memory.peek(project, name).is_some_and(|m| at_limit(&m));
-                full.then_some(name)
+                })
+            };
+            let full = usage.iter().find(|(name, limit, used)| {
+                used.is_some_and(|u| near(*limit, u))
+                    && memory.peek(project, name).is_some_and(|m| at_limit(&m))
             });
-            if let Some(name) = full {
-                tracing::debug!(group = %g.spec.name, instance = %name,
-                    "{name} reached its memory limit: reconciling {} now", g.spec.name);
+            let (now_strain, why) = if let Some((name, _, _)) = full {
+                (Strain::AtLimit, format!("{name} reached its memory limit"))
+            } else if g.strain < Strain::AboveTolerance
+                && strain(
+                    &g.spec,
+                    usage.iter().filter_map(|(name, limit, used)| match limit {
+                        Some(limit) => used.map(|usage| crate::model::Memory {
+                            usage,
+                            limit: *limit,
+                            ..Default::default()
+                        }),
+                        None => memory.peek(project, name),
+                    }),
+                ) >= Strain::AboveTolerance
+            {
+                // What the files tell is above the tolerance: the whole readings, every one of
+                // them, say whether the group is.
+                let whole: Option<Vec<_>> = usage
+                    .iter()
+                    .map(|(name, _, _)| memory.peek(project, name))
+                    .collect();
+                let s = whole.map_or(Strain::Within, |w| strain(&g.spec, w));
+                (s, "its memory went above its tolerance".to_owned())
+            } else {
+                (Strain::Within, String::new())
+            };
+            if wakes(&g.spec, g.strain, now_strain, since) {
+                tracing::debug!(group = %g.spec.name, "{why}: reconciling {} now", g.spec.name);
                 g.next = now;
             }
         }

@@ -67,11 +67,8 @@ pub(super) async fn reconcile(
         .iter()
         .map(|i| (i.name.clone(), i.memory.map(|m| m.limit)))
         .collect();
-    g.at_limit = obs
-        .instances
-        .iter()
-        .filter_map(|i| i.memory.as_ref())
-        .any(crate::decide::adaptive::at_limit);
+    g.strain =
+        crate::decide::adaptive::strain(&g.spec, obs.instances.iter().filter_map(|i| i.memory));
     // Schedule windows follow the wall clock; the pass is due again when one opens or closes.
     let wall = std::time::SystemTime::now();
     let bounds = g.windows.at(wall);

@@ -6,9 +6,9 @@
 //! each using `B + D / ready` (observed capped at L); an instance is ready `warmup` after its
 //! creation and observed idle until then (memory B, no CPU, no pressure). The run starts with
 //! `min` ready instances. Decisions happen at t = 0, every `interval`, when a schedule window
-//! opens or closes, and, for the `adaptive` policy, in the second a ready instance reaches its
-//! limit (as the daemon wakes then: [`crate::decide::adaptive::wakes`]); creations and
-//! removals happen at once.
+//! opens or closes, and, for the `adaptive` policy, in the second an instance reaches its
+//! limit or the group goes above its tolerance (as the daemon wakes then:
+//! [`crate::decide::adaptive::wakes`]); creations and removals happen at once.
 //! The other columns of a trace (see [`Trace`]):
 //! - `cpu_percent` C(t): the group's CPU demand, in percent of one instance's CPU limit, spread
 //!   like memory: each ready instance runs at `min(100, C / ready)` %, and its CPU counter
@@ -44,7 +44,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::decide::adaptive::{wakes, AT_LIMIT};
+use crate::decide::adaptive::{strain, wakes};
 use crate::decide::{decide, History};
 use crate::model::{
     Action, GroupSpec, InstanceStatus, Memory, Observation, ObservedInstance, Policy, Window,
@@ -230,7 +230,7 @@ pub fn simulate_with(
     let mut timeline = Vec::with_capacity(trace.seconds() as usize);
     let (mut window, mut wake) = (None, Some(0));
     let (mut min, mut max) = (spec.min, spec.max);
-    let (mut last_pass, mut last_pass_at_limit) = (0u64, None);
+    let (mut last_pass, mut last_pass_strain) = (0u64, None);
 
     for t in 0..trace.seconds() {
         let now = trace.at(t as f64);
@@ -251,16 +251,22 @@ pub fn simulate_with(
                 base
             }
         };
-        // The daemon's watch between passes: a reading that reached the limit since the last
-        // pass wakes the `adaptive` policy's pass at once (see `adaptive::wakes`).
-        let at_limit_now = instances
-            .iter()
-            .any(|i| i.ready_at <= t && use_mib(i) >= AT_LIMIT * limit);
+        // The daemon's watch between passes: readings that reached the limit, or took the
+        // group above its tolerance, since the last pass wake the `adaptive` policy's pass at
+        // once (see `adaptive::wakes`).
+        let strain_now = strain(
+            &spec,
+            instances.iter().map(|i| Memory {
+                usage: (use_mib(i) * MIB) as u64,
+                limit: (limit * MIB) as u64,
+                ..Default::default()
+            }),
+        );
         let since_pass = Duration::from_secs(t.saturating_sub(last_pass));
         let woken = policy == SimPolicy::Default
-            && last_pass_at_limit.is_some_and(|at| wakes(&spec, at, at_limit_now, since_pass));
+            && last_pass_strain.is_some_and(|at| wakes(&spec, at, strain_now, since_pass));
         if t % every == 0 || changed || woken {
-            (last_pass, last_pass_at_limit) = (t, Some(at_limit_now));
+            (last_pass, last_pass_strain) = (t, Some(strain_now));
             let before = instances.len() as i64;
             match policy {
                 SimPolicy::Step => {

@@ -324,7 +324,16 @@ async fn removals_never_run_beside_creations_in_a_pass() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reading_at_the_limit_wakes_an_adaptive_group_long_before_its_interval() {
-    for (policy, wakes) in [("adaptive", true), ("kubernetes", false)] {
+    // Both instances fill up to their limit, or to 58 % (above 50 % and its tolerance, 0.1),
+    // or to 53 % (within it), between two passes of the 1 h interval: the watch reads it, and
+    // the adaptive group grows at once at the limit and above the tolerance; Kubernetes waits
+    // for its next period.
+    for (policy, percent, wakes) in [
+        ("adaptive", 99.0, true),
+        ("adaptive", 58.0, true),
+        ("adaptive", 53.0, false),
+        ("kubernetes", 99.0, false),
+    ] {
         let toml = web(2, 6)
             .replace("interval = \"2s\"", "interval = \"1h\"")
             .replace(
@@ -336,11 +345,9 @@ async fn a_reading_at_the_limit_wakes_an_adaptive_group_long_before_its_interval
         let h = Harness::start(&toml, fake);
         eventually("2 running", MINUTE, || h.fake.running("web") == 2).await;
         run_for(Duration::from_secs(10)).await;
-        // Both fill up to their limit between two passes of the 1 h interval: the watch reads
-        // it, and the adaptive group grows at once; Kubernetes waits for its next period.
-        h.fake.set_group_memory("web", 99.0);
+        h.fake.set_group_memory("web", percent);
         run_for(Duration::from_secs(30)).await;
-        assert_eq!(h.fake.running("web") > 2, wakes, "{policy}");
+        assert_eq!(h.fake.running("web") > 2, wakes, "{policy} at {percent} %");
         h.shutdown().await;
     }
 }
