@@ -47,7 +47,7 @@ use crate::model::{GroupSpec, Memory, Reason};
 pub const AT_LIMIT: f64 = 0.97;
 /// A reading that reached the limit between passes wakes the group's pass at once, at least
 /// this long after the last one ended (see [`wakes`]).
-pub const WAKE_GAP: Duration = Duration::from_secs(5);
+pub const WAKE_GAP: Duration = Duration::from_secs(2);
 /// An instance started less than this long ago shows its base use.
 const FRESH: Duration = Duration::from_secs(30);
 /// How long a base reading stands (the lowest of this period is the base).
