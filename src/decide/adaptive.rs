@@ -515,16 +515,18 @@ pub fn recommend(
                     })
                     .sum()
             };
+            // Counts above `max` are not for choosing (the count is clamped to it below).
+            let most = needed.min(f64::from(spec.max.max(1)));
             let mut best = (needed, f64::INFINITY);
             let mut k = least;
-            while k <= needed {
+            while k <= most {
                 let c = cost(k);
                 if c < best.1 - 1e-9 {
                     best = (k, c);
                 }
                 k += 1.0;
             }
-            if best.0 < needed {
+            if best.0 < most {
                 est.level = Some(best.0.min(f64::from(u32::MAX)) as u32);
             }
             best.0

@@ -256,8 +256,8 @@ impl Reconciler {
     /// each on this host; the whole reading of one near its limit, and of all of them when
     /// the files put the group above its tolerance), and makes the group due at `now` when
     /// one of them reached its limit, or the group went above its tolerance, since the last
-    /// pass ([`crate::decide::adaptive::wakes`]). Not for a group backing off, in standby, or with
-    /// a pass due within [`PEEK_EVERY`].
+    /// pass ([`crate::decide::adaptive::wakes`]). Not for a group backing off, in standby, or
+    /// with a pass due within [`PEEK_EVERY`].
     pub fn peek(&mut self, now: Instant) {
         use crate::decide::adaptive::{at_limit, strain, wakes, Strain};
         for g in self.groups.values_mut() {
