@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the tests of one cargo test target one at a time, each in its own process under a time
 # limit, so that a test that never ends (an Incus that never answers, an instance it left stuck)
-# fails by itself with its name, and the others still run. Prints the failures at the end and
-# exits 1 when there is one.
+# fails by itself with its name, and the others still run. Prints how long each passing test
+# took, the failures at the end, and exits 1 when there is one.
 #
 #   each-test.sh TARGET LIMIT_SECONDS [FILTER] [-- LIBTEST_FLAGS...]
 #
@@ -38,7 +38,7 @@ for name in "${names[@]}"; do
     rc=${PIPESTATUS[0]}
     took=$((SECONDS - started))
     case $rc in
-    0) ;;
+    0) echo "  (took ${took} s)" ;;
     124 | 137)
         echo "each-test.sh: $name did not end within ${limit} s: killed (took ${took} s)"
         failed+=("$name (killed after ${limit} s)")
