@@ -193,7 +193,7 @@ impl Estimates {
                 .skip(1)
                 .any(|(_, d)| *d >= AGAIN * demand);
             let held = if per_instance > 0.0 {
-                (last / per_instance - 1e-9).ceil().max(1.0)
+                count(last, per_instance).max(1.0)
             } else {
                 1.0
             };
@@ -215,14 +215,7 @@ impl Estimates {
     /// the last [`RISE_WINDOW`] (at least six) is at least [`RISE_T`] standard errors above 0.
     /// Unlike [`Estimates::trend`], a rise with falls between passes.
     fn rising(&self, now: Instant) -> bool {
-        let recent: Vec<(f64, f64)> = self
-            .past
-            .iter()
-            .rev()
-            .map(|(at, d)| (now.saturating_duration_since(*at), *d))
-            .take_while(|(ago, _)| *ago <= RISE_WINDOW)
-            .map(|(ago, d)| (-ago.as_secs_f64(), d))
-            .collect();
+        let recent = self.demand_since(now, RISE_WINDOW);
         recent.len() >= 6
             && slope(&recent).is_some_and(|(slope, error)| slope > 0.0 && slope > RISE_T * error)
     }
@@ -230,16 +223,24 @@ impl Estimates {
     /// The demand samples of the last hour (at least [`LEVEL_SAMPLES`]) when they hold a
     /// level: their least-squares slope is within [`LEVEL_T`] standard errors of 0.
     fn level(&self, now: Instant) -> Option<Vec<f64>> {
-        if self.past.len() < LEVEL_SAMPLES {
+        let points = self.demand_since(now, SURGE_MEMORY);
+        if points.len() < LEVEL_SAMPLES {
             return None;
         }
-        let points: Vec<(f64, f64)> = self
-            .past
-            .iter()
-            .map(|(at, d)| (-now.saturating_duration_since(*at).as_secs_f64(), *d))
-            .collect();
         let (slope, error) = slope(&points)?;
         (slope.abs() <= LEVEL_T * error).then(|| points.into_iter().map(|(_, d)| d).collect())
+    }
+
+    /// The demand samples of the last `span`, newest first, as (seconds before `now`, negative;
+    /// demand), for [`slope`].
+    fn demand_since(&self, now: Instant, span: Duration) -> Vec<(f64, f64)> {
+        self.past
+            .iter()
+            .rev()
+            .map(|(at, d)| (now.saturating_duration_since(*at), *d))
+            .take_while(|(ago, _)| *ago <= span)
+            .map(|(ago, d)| (-ago.as_secs_f64(), d))
+            .collect()
     }
 
     /// The median change of the demand between successive passes of the last hour, bytes (0
@@ -303,6 +304,12 @@ fn forget<T>(samples: &mut VecDeque<(Instant, T)>, now: Instant, keep: Duration)
     {
         samples.pop_front();
     }
+}
+
+/// The instances `demand` takes at `per` each: its quotient rounded up (a hair below a whole
+/// number counts as that number), at least 0.
+fn count(demand: f64, per: f64) -> f64 {
+    (demand / per - 1e-9).ceil().max(0.0)
 }
 
 /// The least-squares slope of `points` (t, value) and its standard error; `None` for fewer
@@ -459,7 +466,6 @@ pub fn recommend(
         } else {
             0.0
         };
-        let count = |d: f64, per: f64| (d / per - 1e-9).ceil().max(0.0);
         let (holds, at_threshold) = (
             count(recent + margin, per_tolerated),
             count(predicted, per_instance),
@@ -471,7 +477,7 @@ pub fn recommend(
             current
         }
     } else {
-        (n * utilization / threshold - 1e-9).ceil()
+        count(n * utilization, threshold)
     };
     // Room, short of the limit, for the largest surge within the scale-down window, and for
     // the largest of the last hour that came again: a surge like it comes before the next
@@ -479,7 +485,7 @@ pub fn recommend(
     let per_limit = AT_LIMIT * mean_limit - base;
     let surge = surge.max(returning);
     let needed = if surge > 0.0 && per_limit > 0.0 {
-        needed.max(((demand + surge) / per_limit - 1e-9).ceil())
+        needed.max(count(demand + surge, per_limit))
     } else {
         needed
     };
@@ -497,9 +503,10 @@ pub fn recommend(
     est.level = None;
     let needed = match level {
         Some(samples) => {
-            let count = |d: f64, per: f64| (d / per - 1e-9).ceil().max(1.0);
             let top = samples.iter().copied().fold(0.0, f64::max);
-            let least = count(demand, per_tolerated).max(count(top, per_limit));
+            let least = count(demand, per_tolerated)
+                .max(count(top, per_limit))
+                .max(1.0);
             let cost = |k: f64| -> f64 {
                 samples
                     .iter()

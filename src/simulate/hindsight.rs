@@ -12,7 +12,7 @@
 //! most [`MOST_COUNTS`] counts.
 
 use super::clock::Clock;
-use super::{bounds, LoadModel, Trace};
+use super::{bounds, cost, memory_overloaded, utilization, LoadModel, Trace};
 use crate::model::GroupSpec;
 
 /// The widest range of counts (`max` + 1, windows' included) the floor is computed for.
@@ -57,40 +57,39 @@ pub fn floor(spec: &GroupSpec, trace: &Trace, model: &LoadModel, clock: &Clock) 
     }
 
     let counts = top as usize + 1;
-    // cost[n]: the least cost of the seconds so far, ending with n instances.
-    let mut cost = vec![f64::INFINITY; counts];
-    cost[(spec.min as usize).min(top as usize)] = 0.0;
+    // least[n]: the least cost of the seconds so far, ending with n instances.
+    let mut least = vec![f64::INFINITY; counts];
+    least[(spec.min as usize).min(top as usize)] = 0.0;
+    let change = cost(0.0, 0.0, 0.0, 1.0);
     for (start, end, (min, max)) in spans {
-        // Any change, at 2 per instance created or removed.
+        // Any change, at its cost per instance created or removed.
         for n in 1..counts {
-            cost[n] = cost[n].min(cost[n - 1] + 2.0);
+            least[n] = least[n].min(least[n - 1] + change);
         }
         for n in (0..counts - 1).rev() {
-            cost[n] = cost[n].min(cost[n + 1] + 2.0);
+            least[n] = least[n].min(least[n + 1] + change);
         }
         let demand = trace.demand(start as f64);
         let ideal = ((demand / per_instance).ceil() as u32).clamp(min, max);
         let long = (end - start) as f64;
-        for (n, c) in cost.iter_mut().enumerate() {
+        for (n, c) in least.iter_mut().enumerate() {
             let count = n as u32;
             if count < min || count > max {
                 *c = f64::INFINITY;
                 continue;
             }
-            let utilization = if n == 0 {
-                100.0
-            } else {
-                (base + demand / n as f64).min(limit) / limit * 100.0
-            };
-            let overload = n == 0 || utilization > 1.1 * threshold;
+            let utilization = utilization(demand, n, limit, base);
+            let overloaded = memory_overloaded(n, utilization, threshold);
             let oom = utilization >= 100.0;
-            let each = f64::from(u8::from(overload))
-                + 10.0 * f64::from(u8::from(oom))
-                + f64::from(count.saturating_sub(ideal)) / 60.0;
-            *c += each * long;
+            *c += cost(
+                f64::from(u8::from(oom)) * long,
+                f64::from(u8::from(overloaded)) * long,
+                f64::from(count.saturating_sub(ideal)) * long,
+                0.0,
+            );
         }
     }
-    cost.into_iter().reduce(f64::min).filter(|c| c.is_finite())
+    least.into_iter().reduce(f64::min).filter(|c| c.is_finite())
 }
 
 #[cfg(test)]

@@ -355,17 +355,13 @@ pub fn simulate_with(
         }
 
         let ready = instances.iter().filter(|i| i.ready_at <= t).count();
-        let utilization = if ready == 0 {
-            100.0
-        } else {
-            (base + demand / ready as f64).min(limit) / limit * 100.0
-        };
+        let utilization = utilization(demand, ready, limit, base);
         // CPU demand per ready instance, percent of its limit (above 100: demand that waits).
         let cpu_each = cpu / ready.max(1) as f64;
         let cpu_over = spec
             .cpu_threshold
             .is_some_and(|c| cpu_each > (1.1 * c).min(100.0));
-        if ready == 0 || utilization > 1.1 * threshold || cpu_over {
+        if memory_overloaded(ready, utilization, threshold) || cpu_over {
             overload += 1;
         }
         if utilization >= 100.0 {
@@ -395,7 +391,7 @@ pub fn simulate_with(
             utilization,
         });
     }
-    let cost = 10.0 * oom as f64 + overload as f64 + waste as f64 / 60.0 + 2.0 * churn as f64;
+    let cost = cost(oom as f64, overload as f64, waste as f64, churn as f64);
     Run {
         scores: Scores {
             policy: policy.name().into(),
@@ -409,6 +405,27 @@ pub fn simulate_with(
         },
         timeline,
     }
+}
+
+/// The mean memory utilization of `ready` instances sharing `demand` MiB, each using `base`
+/// more and observed capped at `limit`, percent (100 with none ready).
+fn utilization(demand: f64, ready: usize, limit: f64, base: f64) -> f64 {
+    if ready == 0 {
+        100.0
+    } else {
+        (base + demand / ready as f64).min(limit) / limit * 100.0
+    }
+}
+
+/// Whether a second is overloaded on memory: no instance ready, or their utilization above
+/// 1.1 × the threshold.
+fn memory_overloaded(ready: usize, utilization: f64, threshold: f64) -> bool {
+    ready == 0 || utilization > 1.1 * threshold
+}
+
+/// What scores cost: `10 × oom_s + overload_s + waste_instance_s / 60 + 2 × churn`.
+fn cost(oom_s: f64, overload_s: f64, waste_instance_s: f64, churn: f64) -> f64 {
+    10.0 * oom_s + overload_s + waste_instance_s / 60.0 + 2.0 * churn
 }
 
 /// Scores as a table in the style of `incus list`.
