@@ -358,16 +358,11 @@ pub enum Strain {
 
 /// The strain `readings` (the memory of a group's instances) show for the group `spec`.
 pub fn strain(spec: &GroupSpec, readings: impl IntoIterator<Item = Memory>) -> Strain {
-    let (mut used, mut limits, mut full) = (0.0, 0.0, false);
-    for m in readings {
-        full |= at_limit(&m);
-        used += m.usage.min(m.limit) as f64;
-        limits += m.limit as f64;
-    }
+    let readings: Vec<Memory> = readings.into_iter().collect();
     let top = spec.memory_threshold.map(|t| t * (1.0 + spec.tolerance_up));
-    if full {
+    if readings.iter().any(at_limit) {
         Strain::AtLimit
-    } else if top.is_some_and(|top| limits > 0.0 && used / limits * 100.0 > top) {
+    } else if top.is_some_and(|top| super::utilization(readings.iter()).is_some_and(|u| u > top)) {
         Strain::AboveTolerance
     } else {
         Strain::Within

@@ -253,20 +253,23 @@ pub fn simulate_with(
         };
         // The daemon's watch between passes: readings that reached the limit, or took the
         // group above its tolerance, since the last pass wake the `adaptive` policy's pass at
-        // once (see `adaptive::wakes`).
-        let strain_now = strain(
-            &spec,
-            instances.iter().map(|i| Memory {
-                usage: (use_mib(i) * MIB) as u64,
-                limit: (limit * MIB) as u64,
-                ..Default::default()
-            }),
-        );
+        // once (see `adaptive::wakes`). The baselines have no watch.
+        let strain_now = (policy == SimPolicy::Default).then(|| {
+            strain(
+                &spec,
+                instances.iter().map(|i| Memory {
+                    usage: (use_mib(i) * MIB) as u64,
+                    limit: (limit * MIB) as u64,
+                    ..Default::default()
+                }),
+            )
+        });
         let since_pass = Duration::from_secs(t.saturating_sub(last_pass));
-        let woken = policy == SimPolicy::Default
-            && last_pass_strain.is_some_and(|at| wakes(&spec, at, strain_now, since_pass));
+        let woken = last_pass_strain
+            .zip(strain_now)
+            .is_some_and(|(at, now)| wakes(&spec, at, now, since_pass));
         if t % every == 0 || changed || woken {
-            (last_pass, last_pass_strain) = (t, Some(strain_now));
+            (last_pass, last_pass_strain) = (t, strain_now);
             let before = instances.len() as i64;
             match policy {
                 SimPolicy::Step => {
