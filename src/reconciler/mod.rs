@@ -28,7 +28,7 @@ use crate::informer::Store;
 use crate::lease::Standing;
 use crate::memory::MemorySource;
 use crate::model::{
-    DesiredState, GroupName, GroupSpec, HostReserve, MemorySourceKind, Reason, Summary,
+    DesiredState, GroupName, GroupSpec, HostReserve, Memory, MemorySourceKind, Reason, Summary,
 };
 use crate::report;
 
@@ -278,49 +278,44 @@ impl Reconciler {
             }
             let project = &g.spec.project;
             let memory = &self.memory;
-            let usage: Vec<(&str, Option<u64>, Option<u64>)> = g
+            // What the files tell: each instance's usage (one file) against the limit the last
+            // pass read; the whole reading of one whose limit is not known yet (`true`).
+            let told: Vec<(&str, Option<Memory>, bool)> = g
                 .watched
                 .iter()
-                .map(|(name, limit)| (name.as_str(), *limit, memory.usage(project, name)))
-                .collect();
-            // Page cache counts in what `usage` tells: the working set says whether an
-            // instance is full, or the group above its tolerance. Without a limit known yet,
-            // the whole reading is taken.
-            let near = |limit: Option<u64>, usage: u64| {
-                limit.is_none_or(|limit| {
-                    at_limit(&crate::model::Memory {
-                        usage,
-                        limit,
-                        ..Default::default()
-                    })
+                .map(|(name, limit)| match limit {
+                    Some(limit) => {
+                        let m = memory.usage(project, name).map(|usage| Memory {
+                            usage,
+                            limit: *limit,
+                            ..Default::default()
+                        });
+                        (name.as_str(), m, false)
+                    }
+                    None => (name.as_str(), memory.peek(project, name), true),
                 })
+                .collect();
+            // Page cache counts in a file's usage: the whole reading (the working set) says
+            // whether an instance is full, or the group above its tolerance.
+            let whole = |(name, told, is_whole): &(&str, Option<Memory>, bool)| {
+                if *is_whole {
+                    *told
+                } else {
+                    memory.peek(project, name)
+                }
             };
-            let full = usage.iter().find(|(name, limit, used)| {
-                used.is_some_and(|u| near(*limit, u))
-                    && memory.peek(project, name).is_some_and(|m| at_limit(&m))
+            let full = told.iter().find(|t| {
+                t.1.is_some_and(|m| at_limit(&m)) && whole(t).is_some_and(|m| at_limit(&m))
             });
             let (now_strain, why) = if let Some((name, _, _)) = full {
                 (Strain::AtLimit, format!("{name} reached its memory limit"))
             } else if g.strain < Strain::AboveTolerance
-                && strain(
-                    &g.spec,
-                    usage.iter().filter_map(|(name, limit, used)| match limit {
-                        Some(limit) => used.map(|usage| crate::model::Memory {
-                            usage,
-                            limit: *limit,
-                            ..Default::default()
-                        }),
-                        None => memory.peek(project, name),
-                    }),
-                ) >= Strain::AboveTolerance
+                && strain(&g.spec, told.iter().filter_map(|t| t.1)) >= Strain::AboveTolerance
             {
-                // What the files tell is above the tolerance: the whole readings, every one of
-                // them, say whether the group is.
-                let whole: Option<Vec<_>> = usage
-                    .iter()
-                    .map(|(name, _, _)| memory.peek(project, name))
-                    .collect();
-                let s = whole.map_or(Strain::Within, |w| strain(&g.spec, w));
+                // The files put the group above its tolerance: the whole readings, every one
+                // of them, say whether it is.
+                let readings: Option<Vec<Memory>> = told.iter().map(whole).collect();
+                let s = readings.map_or(Strain::Within, |r| strain(&g.spec, r));
                 (s, "its memory went above its tolerance".to_owned())
             } else {
                 (Strain::Within, String::new())
