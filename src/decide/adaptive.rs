@@ -9,9 +9,10 @@
 //!   until one is seen it is taken as 0, which is the Kubernetes rule.
 //! - **Readings capped at the limit**: when an instance is at its limit, or the OOM killer
 //!   killed in it since the last pass (its cgroup's counter, which a reading taken after the
-//!   kill no longer shows), the demand is unknown and only a lower bound; the count then at
-//!   least doubles (and grows by at least 4), where the ratio would cap the step at
-//!   `100 / threshold`.
+//!   kill no longer shows), the demand is only a lower bound; the count then at least
+//!   doubles, where the ratio would cap the step at `100 / threshold`, and grows by at least
+//!   4 when the limit holds a reading down or the killer killed (how far beyond the reading
+//!   the demand is, is unknown then).
 //! - **Load that keeps growing**: the demand's trend over the last minute (the slowest growth
 //!   between passes, when it grew between most and fell between none) is carried one interval
 //!   ahead, so that new instances are ready when the load arrives rather than one pass after it.
@@ -45,6 +46,8 @@ use crate::model::{GroupSpec, Memory, Reason};
 
 /// A reading at or above this fraction of its limit is at the limit.
 pub const AT_LIMIT: f64 = 0.97;
+/// A reading at or above this fraction of its limit is held down by it (see [`held_down`]).
+const HELD_DOWN: f64 = 0.99;
 /// A reading that reached the limit between passes wakes the group's pass at once, at least
 /// this long after the last one ended (see [`wakes`]).
 pub const WAKE_GAP: Duration = Duration::from_secs(2);
@@ -69,7 +72,8 @@ const RISE_T: f64 = 3.0;
 
 /// A level needs at least this many demand samples (see [`Estimates::level`]).
 const LEVEL_SAMPLES: usize = 20;
-/// A level's least-squares slope is within this many standard errors of 0.
+/// A level's least-squares slope is within this many standard errors of 0: as many as tell a
+/// rise ([`RISE_T`]), over the hour.
 const LEVEL_T: f64 = 1.0;
 
 /// What a second at the limit costs against a second overloaded (the simulator's `10 ×
@@ -342,6 +346,12 @@ pub fn at_limit(memory: &Memory) -> bool {
     memory.usage as f64 >= AT_LIMIT * memory.limit as f64
 }
 
+/// Whether the limit holds `memory` down: its reading is at [`HELD_DOWN`] of the limit or above,
+/// and says nothing of how far beyond the limit the demand is.
+fn held_down(memory: &Memory) -> bool {
+    memory.usage as f64 >= HELD_DOWN * memory.limit as f64
+}
+
 /// What a group's memory readings say of its strain, from the least to the most pressing: what
 /// the watch between passes compares with the last pass ([`wakes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -537,8 +547,13 @@ pub fn recommend(
     };
     let mut needed = needed.min(f64::from(u32::MAX)) as u32;
     if at_limit {
+        // A reading the limit holds down, or a kill, hides how far the demand is beyond it:
+        // the count grows by at least 4 then. One short of it still shows the demand.
         let m = readings.len() as u32;
-        needed = needed.max(2 * m).max(m + 4);
+        let hidden = readings
+            .iter()
+            .any(|r| r.oom_killed || held_down(&r.memory));
+        needed = needed.max(2 * m).max(if hidden { m + 4 } else { m });
     }
     let needed = needed.clamp(spec.min, spec.max);
     // What the group goes through for want of instances, for the hold to weigh.

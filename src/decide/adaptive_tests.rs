@@ -1,5 +1,5 @@
 //! The `adaptive` policy's rules, one test each: the base learned from fresh instances, the
-//! count doubled at the limit, the trend carried ahead, the margin kept while the demand rises
+//! count doubled at the limit (and grown by 4 when the limit holds a reading down), the trend carried ahead, the margin kept while the demand rises
 //! through its noise, the count a level of the last hour needs, the scale-down window learned
 //! from how drops came back, room for surges that came again, the pass woken by a reading at
 //! the limit or above the tolerance, and the guards it shares with `kubernetes` (bounds, a missing metric never
@@ -50,12 +50,17 @@ fn of(instances: Vec<ObservedInstance>) -> Observation {
 }
 
 #[test]
-fn at_the_limit_the_count_at_least_doubles_and_grows_by_four() {
+fn at_the_limit_the_count_at_least_doubles_and_grows_by_four_when_held_down() {
     let s = adaptive(1, 20, 60.0);
     let (mut h, now) = settled(1);
     let p = decide(&s, &of(vec![inst(1, 64, 600)]), &mut h, now);
     // The ratio would say ceil(100 / 60) = 2; the demand behind a capped reading is unknown.
     assert_eq!((p.desired, p.reason), (5, Reason::AtLimit));
+    // 63 of 64 MiB (98 %) is at the limit, but not held down by it: the demand shows, and
+    // the count doubles without the 4.
+    let (mut h, now) = settled(1);
+    let p = decide(&s, &of(vec![inst(1, 63, 600)]), &mut h, now);
+    assert_eq!((p.desired, p.reason), (2, Reason::AtLimit));
     let (mut h, now) = settled(6);
     let six: Vec<_> = (0..6).map(|i| inst(i, 63, 600)).collect();
     assert_eq!(decide(&s, &of(six), &mut h, now).desired, 12);

@@ -130,15 +130,15 @@ fn outcomes() -> Vec<(Family, Vec<Outcome>)> {
 /// Measured with seeds 0 to 29 (the printed totals, rounded up at the third decimal).
 #[rustfmt::skip]
 const HOLDS: [(&str, f64, usize, usize); 10] = [
-    ("steps", 0.349, 0, 0),
+    ("steps", 0.348, 0, 0),
     ("spikes", 0.397, 0, 0),
     ("ramps", 0.379, 1, 0),
     ("sawtooth-up", 0.995, 0, 0),
     ("sawtooth-down", 0.513, 0, 0),
     ("sines", 0.657, 0, 0),
-    ("noise", 0.721, 1, 0),
+    ("noise", 0.720, 0, 0),
     ("daily", 0.543, 0, 0),
-    ("bursts", 0.511, 0, 5),
+    ("bursts", 0.510, 0, 5),
     ("sums", 0.575, 0, 1),
 ];
 
@@ -187,7 +187,7 @@ fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
     }
     let d = families::distribution("all", &all).unwrap();
     assert!(
-        d.total <= 0.518 && d.above_bound <= 2 && d.oom_above <= 6,
+        d.total <= 0.517 && d.above_bound <= 1 && d.oom_above <= 6,
         "{d:?}"
     );
 }
