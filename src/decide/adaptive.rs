@@ -74,7 +74,7 @@ const RISE_T: f64 = 3.0;
 const LEVEL_SAMPLES: usize = 20;
 /// A level's least-squares slope is within this many standard errors of 0: as many as tell a
 /// rise ([`RISE_T`]), over the hour.
-const LEVEL_T: f64 = 1.0;
+const LEVEL_T: f64 = 3.0;
 
 /// What a second at the limit costs against a second overloaded (the simulator's `10 ×
 /// oom_s`, on top of the second overloaded).

@@ -130,20 +130,27 @@ fn outcomes() -> Vec<(Family, Vec<Outcome>)> {
 /// Measured with seeds 0 to 29 (the printed totals, rounded up at the third decimal).
 #[rustfmt::skip]
 const HOLDS: [(&str, f64, usize, usize); 10] = [
-    ("steps", 0.348, 0, 0),
-    ("spikes", 0.397, 0, 0),
-    ("ramps", 0.379, 1, 0),
-    ("sawtooth-up", 0.995, 0, 0),
-    ("sawtooth-down", 0.513, 0, 0),
+    ("steps", 0.347, 0, 0),
+    ("spikes", 0.386, 0, 0),
+    ("ramps", 0.381, 1, 0),
+    ("sawtooth-up", 0.972, 0, 0),
+    ("sawtooth-down", 0.473, 0, 0),
     ("sines", 0.657, 0, 0),
-    ("noise", 0.720, 0, 0),
-    ("daily", 0.543, 0, 0),
-    ("bursts", 0.510, 0, 5),
-    ("sums", 0.575, 0, 1),
+    ("noise", 0.677, 0, 0),
+    ("daily", 0.546, 0, 0),
+    ("bursts", 0.504, 0, 5),
+    ("sums", 0.576, 0, 1),
 ];
 
 /// The families on every trace of which the default policy holds the bounds.
-const MEETS_THE_BOUNDS: [&str; 5] = ["steps", "spikes", "sawtooth-down", "sines", "daily"];
+const MEETS_THE_BOUNDS: [&str; 6] = [
+    "steps",
+    "spikes",
+    "sawtooth-down",
+    "sines",
+    "noise",
+    "daily",
+];
 
 /// The families whose floor ([`incus_hpa::simulate::hindsight`]: the cost of the best count
 /// schedule chosen knowing each trace in advance) is above [`families::TOTAL_BOUND`]: no
@@ -187,7 +194,7 @@ fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
     }
     let d = families::distribution("all", &all).unwrap();
     assert!(
-        d.total <= 0.517 && d.above_bound <= 1 && d.oom_above <= 6,
+        d.total <= 0.502 && d.above_bound <= 1 && d.oom_above <= 6,
         "{d:?}"
     );
 }
