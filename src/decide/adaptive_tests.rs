@@ -1,9 +1,9 @@
 //! The `adaptive` policy's rules, one test each: the base learned from fresh instances, the
-//! count doubled at the limit (and grown by 4 when the limit holds a reading down), the trend carried ahead, the margin kept while the demand rises
-//! through its noise, the count a level of the last hour needs, the scale-down window learned
-//! from how drops came back, room for surges that came again, the pass woken by a reading at
-//! the limit or above the tolerance, and the guards it shares with `kubernetes` (bounds, a missing metric never
-//! scales down).
+//! count doubled at the limit (and grown by 4 when the limit holds a reading down), the trend
+//! carried ahead, the margin kept while the demand rises through its noise, the count a level
+//! of the last hour needs, the scale-down window learned from how drops came back, room for
+//! surges that came again, the pass woken by a reading at the limit or above the tolerance,
+//! and the guards it shares with `kubernetes` (bounds, a missing metric never scales down).
 
 use std::time::Duration;
 

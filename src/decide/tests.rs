@@ -392,6 +392,26 @@ fn a_deleted_instance_is_replaced_without_changing_the_desired_count() {
 }
 
 #[test]
+fn a_plan_not_acted_on_leaves_the_next_pass_to_bring_the_group_to_min() {
+    // A daemon whose lease of a new group is not read back yet decides 2 creations and makes
+    // none: the next pass creates them for `min`, not as replacements.
+    let s = spec(2, 5, 50.0);
+    let (mut h, now) = (History::default(), Instant::now());
+    let before = h.clone();
+    let p = decide(&s, &obs(&[]), &mut h, now);
+    assert_eq!((p.desired, p.reason), (2, Reason::BelowMin));
+    h.not_acted(&before);
+    let p = decide(&s, &obs(&[]), &mut h, now + Duration::from_secs(15));
+    assert_eq!((p.desired, p.reason), (2, Reason::BelowMin));
+    let causes: Vec<_> = p.actions.iter().map(Action::cause).collect();
+    assert_eq!(causes, [Cause::BelowMin, Cause::BelowMin]);
+    // Acted on, the desired count stands: an instance gone is then replaced.
+    let p = decide(&s, &obs(&[40.0]), &mut h, now + Duration::from_secs(30));
+    let causes: Vec<_> = p.actions.iter().map(Action::cause).collect();
+    assert_eq!(causes, [Cause::Replace]);
+}
+
+#[test]
 fn history_forgets_old_entries() {
     let t0 = Instant::now();
     let s = GroupSpec {

@@ -60,6 +60,13 @@ pub enum Standing {
 }
 
 impl Standing {
+    /// Whether a daemon is known to act on the group: this one, or the holder it stands by for
+    /// (on the same file and rule). Not while this daemon's new lease is not confirmed yet, its
+    /// store is refused, or the lease is not known yet.
+    pub fn someone_acts(&self) -> bool {
+        matches!(self, Standing::Held { .. } | Standing::Standby { .. })
+    }
+
     /// Who acts instead of this daemon, or why nobody does, for `status` and the journal;
     /// `None` when this daemon acts.
     pub fn standby(&self) -> Option<String> {

@@ -90,13 +90,14 @@ pub(super) async fn reconcile(
         }
     }
     // Only the holder of the group's lease acts; it does nothing past the lease's end.
-    let standby = ctx
-        .leases
-        .standing(&spec.project, spec.name.as_str())
-        .standby();
+    let standing = ctx.leases.standing(&spec.project, spec.name.as_str());
+    let standby = standing.standby();
     let before = g.history.clone();
     let mut plan = decide(spec, &obs, &mut g.history, now);
-    if standby.is_none() && plan.actions.iter().any(Action::adds) {
+    if !standing.someone_acts() {
+        // Nobody does what was decided: the first pass that acts starts from what there is.
+        g.history.not_acted(&before);
+    } else if standby.is_none() && plan.actions.iter().any(Action::adds) {
         if let Some(h) = round.read(ctx.incus.as_ref(), spec, &obs, &plan).await {
             obs.headroom = Some(h);
             g.history = before;

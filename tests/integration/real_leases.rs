@@ -61,7 +61,12 @@ fn real_three_daemons_take_turns_and_never_fight() {
     let mut a = Lab::new("lease");
     let g = a.group.clone();
     a.start(&toml(&a, 1, 2, None));
-    eventually(&a, "1 running", MINUTE, || running(&g) == 1);
+    // Created for `min` once its new lease is read back, not as the replacement of an instance
+    // decided while nobody acted.
+    eventually(&a, "1 running, created for min", MINUTE, || {
+        running(&g) == 1 && a.log_count(&["action=\"create\"", "reason=\"below-min\""]) == 1
+    });
+    assert_eq!(a.log_count(&["reason=\"replace\""]), 0, "{}", a.log());
     let pid_a = a.daemon.as_ref().unwrap().id();
     assert!(holder(&g).contains(&format!(":{pid_a}:")), "{}", holder(&g));
 
