@@ -19,7 +19,13 @@ conf=/etc/incus-hpa/desired-state.toml
 in_ct() { incus exec "$ct" -- "$@"; }
 dump() {
     log "--- journal of incus-hpa in $ct ---"
-    in_ct journalctl -u incus-hpa --no-pager -n 60 2>/dev/null >&2 || true
+    in_ct journalctl -u incus-hpa --no-pager -o short-precise -n 200 >&2 || true
+    if in_ct test -e /root/hand.log 2>/dev/null; then
+        log "--- the daemon run by hand (/root/hand.log) ---"
+        in_ct cat /root/hand.log >&2 || true
+    fi
+    log "--- the lease store ---"
+    incus profile show incus-hpa.leases >&2 || true
 }
 # Managed instances of the test group on the host, exact key match.
 managed() {
