@@ -1,7 +1,8 @@
 //! The control socket: what the running daemon thinks, for people (`incus-hpa status`) and for
 //! Prometheus (`GET /metrics`). HTTP/1 over a unix socket (hyper), read-only.
 //!
-//! - `GET /status`: `{"groups": [GroupStatus…]}`, the board the loop writes after each pass;
+//! - `GET /status`: `{"groups": [GroupStatus…]}`, the board the loop writes after each pass
+//!   (each group's `standby` read from the leases when asked, [`Telemetry::live_standby`]);
 //! - `GET /metrics`: the Prometheus exposition (prometheus-client) of [`Telemetry`], in
 //!   OpenMetrics or the classic text format as the client asks ([`crate::exposition`]).
 //!
@@ -231,7 +232,13 @@ pub struct Telemetry {
     action_seconds: Family<KindLabels, Histogram, fn() -> Histogram>,
     refused: Family<ListenerLabels, Counter>,
     board: Mutex<Status>,
+    /// Who acts on a group now (see [`Telemetry::live_standby`]).
+    standby: std::sync::OnceLock<Standby>,
 }
+
+/// Who acts on `group` of `project` now, by this daemon's leases: `None` when this daemon
+/// does, else who does or why nobody does.
+pub type Standby = std::sync::Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
 
 impl Default for Telemetry {
     fn default() -> Self {
@@ -345,6 +352,7 @@ impl Default for Telemetry {
             action_seconds,
             refused,
             board: Mutex::new(Status::default()),
+            standby: std::sync::OnceLock::new(),
         }
     }
 }
@@ -468,9 +476,23 @@ impl Telemetry {
             .clone()
     }
 
+    /// Reads each group's `standby` from `who` when the status is asked, rather than from the
+    /// last pass: a pass that waits on Incus leaves the rest of the board as that pass saw it,
+    /// and the lease it acted under may have run out since (set once; later calls are
+    /// ignored).
+    pub fn live_standby(&self, who: Standby) {
+        let _ = self.standby.set(who);
+    }
+
     /// The `/status` document now.
     pub fn status(&self) -> Status {
-        self.board.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let mut status = self.board.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(who) = self.standby.get() {
+            for g in &mut status.groups {
+                g.standby = who(&g.project, &g.name);
+            }
+        }
+        status
     }
 
     /// The Prometheus text exposition now.

@@ -252,8 +252,10 @@ fn files(p: &mut Page) {
         ),
         (
             "/run/incus-hpa/control.sock",
-            "The control socket ([daemon] control_socket): GET /status for incus-hpa status, \
-             GET /metrics for Prometheus. Mode 0660: root and members of the group incus-hpa.",
+            "The control socket ([daemon] control_socket): GET /status for incus-hpa status \
+             (what the last pass of each group saw; who acts on it, STANDBY, as the daemon's \
+             lease says when asked), GET /metrics for Prometheus. Mode 0660: root and members \
+             of the group incus-hpa.",
         ),
         (
             "/var/lib/incus/unix.socket",

@@ -61,6 +61,18 @@ pub struct Context {
     pub leases: Arc<crate::lease::Leases>,
 }
 
+impl Context {
+    /// Makes `status` say who acts on each group from this context's leases when it is asked
+    /// (see [`crate::control::Telemetry::live_standby`]), as the fence before every action
+    /// does.
+    pub fn status_reads_leases(&self) {
+        let leases = self.leases.clone();
+        self.telemetry.live_standby(Arc::new(move |project, group| {
+            leases.standing(project, group).standby()
+        }));
+    }
+}
+
 struct GroupState {
     spec: GroupSpec,
     history: History,

@@ -358,3 +358,28 @@ async fn a_lease_just_taken_is_acted_on_only_once_read_back_as_its_own() {
     c.renew(fake.as_ref(), "other", &groups).await.unwrap();
     assert!(c.holds("other", "web"));
 }
+
+/// `status` says who acts when it is asked, as the fence before every action does, not as the
+/// last pass saw it: a holder whose renewals keep failing stops acting when its lease runs out,
+/// and says so, though no pass has run since (a pass can wait long on an Incus that hangs).
+#[tokio::test(start_paused = true)]
+async fn status_says_who_acts_when_asked_not_when_the_last_pass_ran() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(40.0));
+    let h = Harness::start(
+        &web(1, 3).replace("interval = \"2s\"", "interval = \"1h\""),
+        fake.clone(),
+    );
+    eventually("1 running", MINUTE, || fake.running("web") == 1).await;
+    eventually("acting", MINUTE, || standby(&h).is_none()).await;
+    let reads = fake.calls("leases");
+    // Every renewal now loses its race, three times a round: the lease is not renewed.
+    fake.conflict_next_puts(u32::MAX);
+    run_for(Duration::from_secs(20)).await;
+    assert_eq!(
+        standby(&h).as_deref(),
+        Some("another daemon (not known yet)")
+    );
+    assert!(fake.calls("leases") > reads);
+    h.shutdown().await;
+}
