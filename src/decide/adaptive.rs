@@ -10,9 +10,9 @@
 //! - **Readings capped at the limit**: when an instance is at its limit, or the OOM killer
 //!   killed in it since the last pass (its cgroup's counter, which a reading taken after the
 //!   kill no longer shows), the demand is only a lower bound; the count then at least
-//!   doubles, where the ratio would cap the step at `100 / threshold`, and grows by at least
-//!   4 when the limit holds a reading down or the killer killed (how far beyond the reading
-//!   the demand is, is unknown then).
+//!   doubles, where the ratio would cap the step at `100 / threshold`; and when the limit
+//!   holds a reading down or the killer killed, how far beyond the limit the demand goes is
+//!   unknown, and the count grows by at least 4.
 //! - **Load that keeps growing**: the demand's trend over the last minute (the slowest growth
 //!   between passes, when it grew between most and fell between none) is carried one interval
 //!   ahead, so that new instances are ready when the load arrives rather than one pass after it.

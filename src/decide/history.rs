@@ -41,11 +41,10 @@ impl History {
 
     /// Nobody acted on the plan of the pass that turned `before` into this history (this
     /// daemon's lease of the group is not confirmed or not known yet, or its store is
-    /// refused): what it
-    /// decided is forgotten (the desired count, its changes, and the additions and removals
-    /// that step limits bound), what it saw is kept (the recommendations, the estimates, the
-    /// instances). So the next pass that acts does not take instances that were never created
-    /// for lost ones, nor count them against a step.
+    /// refused): what it decided is forgotten (the desired count, its changes, and the
+    /// additions and removals that step limits bound), what it saw is kept (the
+    /// recommendations, the estimates, the instances). So the next pass that acts does not take
+    /// instances that were never created for lost ones, nor count them against a step.
     pub fn not_acted(&mut self, before: &History) {
         self.desired = before.desired;
         self.changes = before.changes.clone();
