@@ -160,7 +160,7 @@ fn context(reach: &Reach, lease: std::time::Duration) -> anyhow::Result<Context>
     let for_memory = incus.clone();
     // Over HTTPS the instances are elsewhere (or on other cluster members): no local cgroups.
     let remote = reach.endpoint.is_https();
-    let ctx = Context {
+    Ok(Context {
         memory: Arc::new(move |kind| {
             let kind = match kind {
                 MemorySourceKind::Auto if remote => MemorySourceKind::Api,
@@ -173,9 +173,7 @@ fn context(reach: &Reach, lease: std::time::Duration) -> anyhow::Result<Context>
         stop: Arc::new(crate::act::Shutdown::default()),
         telemetry,
         leases: Arc::new(crate::lease::Leases::new(lease)),
-    };
-    ctx.status_reads_leases();
-    Ok(ctx)
+    })
 }
 
 /// Exit status of `run` when the desired-state file cannot be used at start (EX_CONFIG): the

@@ -64,8 +64,8 @@ pub struct Context {
 impl Context {
     /// Makes `status` say who acts on each group from this context's leases when it is asked
     /// (see [`crate::control::Telemetry::live_standby`]), as the fence before every action
-    /// does.
-    pub fn status_reads_leases(&self) {
+    /// does: done by [`Reconciler::new`], for every context a loop runs with.
+    fn status_reads_leases(&self) {
         let leases = self.leases.clone();
         self.telemetry.live_standby(Arc::new(move |project, group| {
             leases.standing(project, group).standby()
@@ -160,6 +160,7 @@ impl Reconciler {
     /// A reconciler with every group of `state` due at `now`.
     pub fn new(ctx: Context, state: &DesiredState, now: Instant) -> Self {
         let memory_kind = state.daemon.memory_source;
+        ctx.status_reads_leases();
         let mut r = Self {
             memory: (ctx.memory)(memory_kind),
             memory_kind,

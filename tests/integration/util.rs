@@ -69,7 +69,6 @@ impl Harness {
                 Clocks::tokio(),
             )),
         };
-        ctx.status_reads_leases();
         let keeper = tokio::spawn(ctx.leases.clone().keep(fake.clone()));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(follow(
