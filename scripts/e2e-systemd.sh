@@ -35,15 +35,25 @@ managed() {
 }
 running() { managed | grep -c ',RUNNING$' || true; }
 count_is() { [ "$(running)" -eq "$1" ]; }
-# until DESCRIPTION SECONDS COMMAND...: polls COMMAND every half second.
+# until DESCRIPTION SECONDS COMMAND...: polls COMMAND every half second. One check that took
+# 10 s or more (it passed once after 164 s: `incus exec`, or the daemon, answered late) is
+# reported with the dump, so that it can be read next time.
 until_ok() {
-    local what=$1 secs=$2 start=$SECONDS
+    local what=$1 secs=$2 start=$SECONDS tried slowest=0
     shift 2
-    until "$@" >/dev/null 2>&1; do
+    while :; do
+        tried=$SECONDS
+        "$@" >/dev/null 2>&1 && break
+        ((SECONDS - tried <= slowest)) || slowest=$((SECONDS - tried))
         ((SECONDS - start < secs)) || fail "timed out after ${secs}s waiting for: $what"
         sleep 0.5
     done
+    ((SECONDS - tried <= slowest)) || slowest=$((SECONDS - tried))
     log "ok: $what ($((SECONDS - start))s)"
+    if ((slowest >= 10)); then
+        log "slow: one check took ${slowest}s; what the daemons and the lease store say:"
+        dump
+    fi
 }
 cleanup() {
     incus delete --force "$ct" >/dev/null 2>&1 || true
