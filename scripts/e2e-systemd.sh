@@ -39,16 +39,16 @@ count_is() { [ "$(running)" -eq "$1" ]; }
 # 10 s or more (it passed once after 164 s: `incus exec`, or the daemon, answered late) is
 # reported with the dump, so that it can be read next time.
 until_ok() {
-    local what=$1 secs=$2 start=$SECONDS tried slowest=0
+    local what=$1 secs=$2 start=$SECONDS tried passed slowest=0
     shift 2
     while :; do
         tried=$SECONDS
-        "$@" >/dev/null 2>&1 && break
+        "$@" >/dev/null 2>&1 && passed=1 || passed=0
         ((SECONDS - tried <= slowest)) || slowest=$((SECONDS - tried))
+        ((passed == 0)) || break
         ((SECONDS - start < secs)) || fail "timed out after ${secs}s waiting for: $what"
         sleep 0.5
     done
-    ((SECONDS - tried <= slowest)) || slowest=$((SECONDS - tried))
     log "ok: $what ($((SECONDS - start))s)"
     if ((slowest >= 10)); then
         log "slow: one check took ${slowest}s; what the daemons and the lease store say:"
