@@ -36,7 +36,7 @@ managed() {
 running() { managed | grep -c ',RUNNING$' || true; }
 count_is() { [ "$(running)" -eq "$1" ]; }
 # until DESCRIPTION SECONDS COMMAND...: polls COMMAND every half second. One check that took
-# 10 s or more (it passed once after 164 s: `incus exec`, or the daemon, answered late) is
+# 10 s or more (one passed after 164 s, twice: `incus exec`, or the daemon, answered late) is
 # reported with the dump, so that it can be read next time.
 until_ok() {
     local what=$1 secs=$2 start=$SECONDS tried passed slowest=0
