@@ -35,27 +35,34 @@ managed() {
 }
 running() { managed | grep -c ',RUNNING$' || true; }
 count_is() { [ "$(running)" -eq "$1" ]; }
+errs=$(mktemp) # the stderr of until_ok's last check
 # until DESCRIPTION SECONDS COMMAND...: polls COMMAND every half second. One check that took
 # 10 s or more (one passed after 164 s, twice: `incus exec`, or the daemon, answered late) is
-# reported with the dump, so that it can be read next time.
+# reported with what it wrote on stderr and the dump, so that it can be read next time
+# (`incus-hpa status` gives up after its --timeout of 10 s and says so there).
 until_ok() {
-    local what=$1 secs=$2 start=$SECONDS tried passed slowest=0
+    local what=$1 secs=$2 start=$SECONDS tried passed slowest=0 said=""
     shift 2
     while :; do
         tried=$SECONDS
-        "$@" >/dev/null 2>&1 && passed=1 || passed=0
-        ((SECONDS - tried <= slowest)) || slowest=$((SECONDS - tried))
+        "$@" >/dev/null 2>"$errs" && passed=1 || passed=0
+        if ((SECONDS - tried > slowest)); then
+            slowest=$((SECONDS - tried))
+            said=$(cat "$errs")
+        fi
         ((passed == 0)) || break
         ((SECONDS - start < secs)) || fail "timed out after ${secs}s waiting for: $what"
         sleep 0.5
     done
     log "ok: $what ($((SECONDS - start))s)"
     if ((slowest >= 10)); then
-        log "slow: one check took ${slowest}s; what the daemons and the lease store say:"
+        log "slow: one check took ${slowest}s; it said on stderr: ${said:-nothing}"
+        log "what the daemons and the lease store say:"
         dump
     fi
 }
 cleanup() {
+    rm -f "$errs"
     incus delete --force "$ct" >/dev/null 2>&1 || true
     # The HTTPS step's certificate and address (set only if it was not).
     [ -z "${trusted:-}" ] || incus config trust remove "$trusted" >/dev/null 2>&1 || true
@@ -155,7 +162,7 @@ in_ct sh -c 'setsid incus-hpa run --config /root/hand.toml >/root/hand.log 2>&1 
 # standby).
 acts() {
     local doc
-    doc=$(in_ct incus-hpa status --json --control-socket "$1" 2>/dev/null) || return 1
+    doc=$(in_ct incus-hpa status --json --control-socket "$1") || return 1
     grep -q "\"name\":\"$group\"" <<<"$doc" && ! grep -q '"reason":"pending"' <<<"$doc" &&
         grep -q '"standby":null' <<<"$doc"
 }

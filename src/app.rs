@@ -4,6 +4,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, SignalKind};
@@ -35,16 +36,23 @@ pub fn control_socket_of(config: &Path) -> PathBuf {
     )
 }
 
-/// `incus-hpa status`: asks the running daemon on its control socket; exit 1 when none answers.
-pub async fn status(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
+/// `incus-hpa status`: asks the running daemon on its control socket; exit 1 when none answers,
+/// or when it has not answered within `timeout` (a daemon that accepts and never answers must
+/// not hang a script that asks it).
+pub async fn status(socket: &Path, json: bool, timeout: Duration) -> anyhow::Result<ExitCode> {
     let client = reqwest::Client::builder()
         .use_preconfigured_tls(crate::incus::tls::unused())
         .unix_socket(socket)
+        .timeout(timeout)
         .build()?;
     let answer = client.get("http://incus-hpa/status").send().await;
     let body = match answer {
-        Ok(r) if r.status().is_success() => r.text().await?,
+        Ok(r) if r.status().is_success() => match r.text().await {
+            Ok(body) => body,
+            Err(e) => return Ok(unanswered(socket, &e, timeout)),
+        },
         Ok(r) => anyhow::bail!("the daemon answered {} on {}", r.status(), socket.display()),
+        Err(e) if e.is_timeout() => return Ok(unanswered(socket, &e, timeout)),
         Err(e) => {
             let denied = format!(
                 "permission denied on {}: run as root or as a member of the incus-hpa group \
@@ -80,6 +88,25 @@ pub async fn status(socket: &Path, json: bool) -> anyhow::Result<ExitCode> {
         print!("{}", crate::control::table(&status));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says that the daemon on `socket` did not answer (all of) `status` within `timeout`, or
+/// broke off its answer; exit 1.
+fn unanswered(socket: &Path, e: &reqwest::Error, timeout: Duration) -> ExitCode {
+    let what = if e.is_timeout() {
+        format!(
+            "did not answer within {}",
+            humantime::format_duration(timeout)
+        )
+    } else {
+        format!("broke off its answer ({e})")
+    };
+    eprintln!(
+        "incus-hpa: the daemon on {} {what}; it may be stuck: systemctl status incus-hpa, \
+         journalctl -u incus-hpa (or ask again with a longer --timeout)",
+        socket.display()
+    );
+    ExitCode::from(1)
 }
 
 /// `incus-hpa validate`: every problem on stderr; exit 1 when there is an error. The file is
@@ -152,7 +179,7 @@ impl Reach {
     }
 }
 
-fn context(reach: &Reach, lease: std::time::Duration) -> anyhow::Result<Context> {
+fn context(reach: &Reach, lease: Duration) -> anyhow::Result<Context> {
     let telemetry = Arc::new(crate::control::Telemetry::default());
     let client =
         Client::connect(&reach.endpoint, reach.tls.clone())?.counting(telemetry.requests.clone());

@@ -1,6 +1,7 @@
 //! The command line (clap derive): `run`, `validate`, `plan`, `status`, `simulate`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -69,6 +70,11 @@ pub enum Command {
         /// --control-socket is given.
         #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
         config: PathBuf,
+        /// How long to wait for the daemon's whole answer before giving up with exit 1 (a
+        /// daemon that accepts and never answers does not hang the command). It answers from
+        /// memory, in milliseconds.
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
     },
     /// Replay a demand trace (CSV `t,demand_mib`) through the decision code and score it.
     Simulate(SimulateArgs),

@@ -27,11 +27,12 @@ fn main() -> ExitCode {
             json,
             control_socket,
             config,
+            timeout,
         } => {
             let socket = control_socket
                 .clone()
                 .unwrap_or_else(|| app::control_socket_of(config));
-            block_on(app::status(&socket, *json))
+            block_on(app::status(&socket, *json, *timeout))
         }
     }
 }

@@ -205,7 +205,7 @@ fn exit_status(p: &mut Page) {
     p.entry(
         vec![bold("1")],
         "Failure: validate found an error; plan could not read the file or reach Incus; status \
-         found no daemon answering on the control socket; simulate could not read its file or \
+         found no daemon answering on the control socket, or none within --timeout; simulate could not read its file or \
          trace; run failed after its start (for instance, it could not listen on its control \
          socket).",
     );

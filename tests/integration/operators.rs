@@ -218,6 +218,33 @@ async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
     assert!(String::from_utf8_lossy(&none.stderr).contains("no incus-hpa daemon is running"));
 }
 
+/// A daemon that accepts the connection and never answers (stuck, or a process that is not
+/// incus-hpa on its socket) does not hang `incus-hpa status`: exit 1 after `--timeout`, saying
+/// so. Each connection is held open, unread, until the test ends.
+#[tokio::test]
+async fn status_gives_up_on_a_daemon_that_never_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stuck.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            conns.push(conn);
+        }
+    });
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_incus-hpa"))
+        .args(["status", "--timeout", "1s", "--control-socket"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    held.abort();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("did not answer within 1s"), "{err}");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+}
+
 fn draining(toml: &str, timeout: &str) -> String {
     toml.replace(
         "[groups.web.config]",
