@@ -90,9 +90,9 @@ pub enum Cause {
     BelowMin,
     /// The group is above its `max`.
     AboveMax,
-    /// Memory asks for more instances.
+    /// The signals ask for more instances.
     ScaleUp,
-    /// Memory asks for fewer instances.
+    /// The signals ask for fewer instances.
     ScaleDown,
     /// An instance is missing or unhealthy: its replacement.
     Replace,
