@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs incus-hpa from source on a systemd machine that is not Debian (run as root from a
 # checkout): the binary in /usr/local/bin, the unit in /etc/systemd/system, the desired-state
-# file in /etc/incus-hpa (kept if present), and a system user in the Incus socket's group.
+# file in /etc/incus-hpa (kept if present), a system user in the Incus socket's group, and
+# the README, docs/ and examples/ in /usr/share/doc/incus-hpa (as the package does: the
+# daemon's messages, the man pages and the file's comments name the drop-ins there).
 # Set INCUS_GROUP when the socket's group is not incus-admin. Does not start the daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +30,8 @@ install -Dm0644 "$assets/incus-hpa.8" /usr/local/share/man/man8/incus-hpa.8
 install -Dm0644 "$assets/incus-hpa.toml.5" /usr/local/share/man/man5/incus-hpa.toml.5
 install -Dm0644 "$assets/incus-hpa.bash" /usr/local/share/bash-completion/completions/incus-hpa
 rm -rf "$assets"
+install -Dm0644 README.md /usr/share/doc/incus-hpa/README.md
+install -Dm0644 -t /usr/share/doc/incus-hpa/docs docs/*
+install -Dm0644 -t /usr/share/doc/incus-hpa/examples examples/*
 systemctl daemon-reload 2>/dev/null || true
 echo "installed. Declare a group in /etc/incus-hpa/desired-state.toml, then: systemctl enable --now incus-hpa"

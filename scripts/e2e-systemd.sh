@@ -318,7 +318,7 @@ cleanup_src() { incus delete --force "$ct2" >/dev/null 2>&1 || true; }
 trap '[ -n "${KEEP:-}" ] || { cleanup; cleanup_src; }' EXIT
 until_ok "systemd up in $ct2" 120 incus exec "$ct2" -- test -S /run/systemd/private
 src=$(mktemp -d)
-git archive HEAD systemd packaging | tar -x -C "$src"
+git archive HEAD systemd packaging README.md docs examples | tar -x -C "$src"
 install -Dm0755 target/release/incus-hpa "$src/target/release/incus-hpa"
 tar -C "$src" -cf - . | incus exec "$ct2" -- sh -c 'mkdir -p /root/src && tar -x -C /root/src'
 rm -rf "$src"
@@ -329,6 +329,8 @@ incus exec "$ct2" -- id -nG incus-hpa | grep -qw incus-admin || fail "install.sh
 [ "$(incus exec "$ct2" -- stat -c %U:%G:%a $conf)" = "root:incus-hpa:640" ] || fail "install.sh: config mode"
 incus exec "$ct2" -- systemctl cat incus-hpa | grep -q '^ExecStart=/usr/local/bin/incus-hpa run' ||
     fail "install.sh: unit not installed"
+incus exec "$ct2" -- test -e /usr/share/doc/incus-hpa/examples/incus-https.conf ||
+    fail "install.sh: the drop-ins the daemon's messages name are not in /usr/share/doc/incus-hpa"
 waiting() { [ "$(incus exec "$ct2" -- journalctl -u incus-hpa --no-pager | grep -c 'cannot reach Incus')" -gt 0 ]; }
 until_ok "the source-installed daemon runs and waits for Incus" 30 waiting
 cleanup_src
