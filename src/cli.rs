@@ -71,8 +71,8 @@ pub enum Command {
         #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
         config: PathBuf,
         /// How long to wait for the daemon's whole answer before giving up with exit 1 (a
-        /// daemon that accepts and never answers does not hang the command). It answers from
-        /// memory, in milliseconds.
+        /// daemon that accepts and never answers does not hang the command). The daemon
+        /// answers from memory, usually within milliseconds.
         #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
         timeout: Duration,
     },

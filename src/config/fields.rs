@@ -212,7 +212,7 @@ impl<'t, 'i> Fields<'t, 'i> {
     ) -> Option<Duration> {
         let (d, span) = self.duration(c, key)?;
         if d < min || d > max {
-            let h = |d: Duration| humantime::format_duration(d).to_string();
+            let h = human;
             let range = if min.is_zero() {
                 format!("at most {}", h(max))
             } else {
@@ -221,7 +221,10 @@ impl<'t, 'i> Fields<'t, 'i> {
             c.error(
                 Some(span),
                 &self.key(key),
-                format!("{} is out of range: must be {range}", h(d)),
+                format!(
+                    "{} is out of range: must be {range}",
+                    humantime::format_duration(d)
+                ),
             );
             return None;
         }
@@ -324,6 +327,17 @@ impl<'t, 'i> Fields<'t, 'i> {
 }
 
 /// A value's TOML type, for messages.
+/// `d` as the file writes it: humantime's words ("1m 30s"), except that a whole number of
+/// days from 30 on is said in days ("31days"), not humantime's months of 30.44 days
+/// ("1month 13h 26m 24s").
+pub fn human(d: Duration) -> String {
+    const DAY: u64 = 24 * 3600;
+    match d.as_secs() {
+        s if s >= 30 * DAY && s % DAY == 0 && d.subsec_nanos() == 0 => format!("{}days", s / DAY),
+        _ => humantime::format_duration(d).to_string(),
+    }
+}
+
 pub fn type_name(v: &DeValue) -> &'static str {
     match v {
         DeValue::String(_) => "a string",

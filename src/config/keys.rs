@@ -72,7 +72,7 @@ pub fn read_at_start() -> Vec<&'static str> {
 }
 
 fn h(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
+    super::fields::human(d)
 }
 
 fn up_to(min: Duration, max: Duration) -> Option<String> {
@@ -609,7 +609,10 @@ pub fn keys() -> Vec<Key> {
             table: Group,
             name: "target",
             kind: "string",
-            default: d("none: Incus' scheduler chooses"),
+            default: d(
+                "none: the daemon picks the member with room that holds the fewest of the \
+                 group's instances (Incus' scheduler when no member can be read)",
+            ),
             range: Some(
                 "a cluster member, or @ and a cluster group: letters, digits, \"-\", \"_\", \".\""
                     .into(),

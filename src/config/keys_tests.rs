@@ -91,3 +91,21 @@ fn names_are_unique_and_documented() {
         assert!(k.example.starts_with(k.name), "{}", k.name);
     }
 }
+
+#[test]
+fn ranges_are_said_in_words_the_file_accepts() {
+    use std::time::Duration;
+    // humantime alone says 31 days as "1month 13h 26m 24s" (its months are 30.44 days).
+    assert_eq!(h(super::super::WINDOW_MAX), "31days");
+    assert_eq!(h(Duration::from_secs(90)), "1m 30s");
+    assert_eq!(h(Duration::from_secs(2 * 24 * 3600)), "2days");
+    for k in keys() {
+        if let Some(range) = &k.range {
+            assert!(!range.contains("1month"), "{}: {range}", k.name);
+        }
+    }
+    assert_eq!(
+        humantime::parse_duration(&h(super::super::WINDOW_MAX)).unwrap(),
+        super::super::WINDOW_MAX
+    );
+}

@@ -34,7 +34,8 @@ pub fn daemon_page() -> String {
          incus-hpa.toml(5), declares groups of instances: for each, min and max, what it scales \
          on (memory, CPU, pressure, numbers a program prints, schedule windows), and the image \
          and config to create them from. incus-hpa \
-         run observes each group's instances through the Incus API at every interval (and, for \
+         run observes each group's instances at every interval, from a cache that Incus' events \
+         keep current and from their cgroup files (and, for \
          the adaptive policy, as soon as an instance reaches its memory limit, or the group goes \
          above its tolerance, between two \
          passes), decides how many there should be, and creates, starts or deletes instances \
@@ -321,7 +322,9 @@ fn journal(p: &mut Page) {
         vec![bold("Decisions")],
         "One entry per group when a pass acts or decides differently from the pass before: \
          GROUP, CURRENT (instances in service), DESIRED, UNHEALTHY, UTILIZATION (percent, or \
-         unknown), REASON, PAUSED, STANDBY (true when another daemon holds the group's lease).",
+         unknown), REASON, PAUSED, STANDBY (true when this daemon does not act on the group: another \
+         holds its lease, its own lease is not confirmed yet, or the project's lease store \
+         cannot be used).",
     );
     p.entry(
         vec![bold("Actions")],

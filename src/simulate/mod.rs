@@ -77,7 +77,7 @@ pub enum SimPolicy {
     Kubernetes,
     /// The Go lab's rule: every 10 s, +1 when the mean memory use is at or above the threshold,
     /// −1 when it is below half of it (within the bounds of the open schedule windows). Memory
-    /// only: it replays `t,demand_mib` traces only (see [`fit::step_fits`]).
+    /// only: it replays `t,demand_mib` traces only.
     Step,
 }
 
