@@ -212,11 +212,10 @@ impl<'t, 'i> Fields<'t, 'i> {
     ) -> Option<Duration> {
         let (d, span) = self.duration(c, key)?;
         if d < min || d > max {
-            let h = human;
             let range = if min.is_zero() {
-                format!("at most {}", h(max))
+                format!("at most {}", human(max))
             } else {
-                format!("from {} to {}", h(min), h(max))
+                format!("from {} to {}", human(min), human(max))
             };
             c.error(
                 Some(span),
@@ -326,7 +325,6 @@ impl<'t, 'i> Fields<'t, 'i> {
     }
 }
 
-/// A value's TOML type, for messages.
 /// `d` as the file writes it: humantime's words ("1m 30s"), except that a whole number of
 /// days from 30 on is said in days ("31days"), not humantime's months of 30.44 days
 /// ("1month 13h 26m 24s").
@@ -338,6 +336,7 @@ pub fn human(d: Duration) -> String {
     }
 }
 
+/// A value's TOML type, for messages.
 pub fn type_name(v: &DeValue) -> &'static str {
     match v {
         DeValue::String(_) => "a string",
