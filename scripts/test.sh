@@ -24,8 +24,15 @@ phase "cargo fmt --check"
 cargo fmt --all -- --check
 phase "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --locked -- -D warnings
-phase "cargo test (unit, fake Incus, CLI, properties)"
-cargo test --locked --lib --bins --test integration
+phase "cargo test (unit, fake Incus, CLI, properties), in a PID namespace of their own"
+# As in a container (CI's): the session's leader lives outside the namespace, so the tests'
+# session is 0, which the external programs' reaping must handle (it once aborted on it).
+in_pid_namespace=(unshare --pid --fork --mount-proc)
+"${in_pid_namespace[@]}" true 2>/dev/null || {
+    echo "test.sh: cannot make a PID namespace here (unshare: no CAP_SYS_ADMIN?): the tests run in this one"
+    in_pid_namespace=()
+}
+"${in_pid_namespace[@]}" cargo test --locked --lib --bins --test integration
 # The .deb's optimized build (fat LTO, one codegen unit: about 3 minutes of both cores) runs
 # from here in the background, at the lowest CPU and I/O priority, while the real-Incus tests
 # and the fault suite mostly wait on Incus; the .deb phase waits for it. Its own session, so

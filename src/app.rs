@@ -6,14 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use crate::config::{self, Loaded};
 use crate::daemon::{self, Event};
-use crate::decide::{decide, History};
 use crate::events::IncusEvents;
 use crate::incus::client::{Client, DEFAULT_SOCKET};
 use crate::incus::tls::Tls;
@@ -21,9 +18,7 @@ use crate::incus::{Endpoint, Incus};
 use crate::informer::Store;
 use crate::memory;
 use crate::model::{DaemonSpec, MemorySourceKind};
-use crate::observe::observe;
 use crate::reconciler::Context;
-use crate::report::fmt_util;
 use crate::systemd;
 
 /// The control socket `incus-hpa status` asks when not given one: the `[daemon]
@@ -304,16 +299,26 @@ pub async fn run(socket: Option<&Path>, path: &Path) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-/// `incus-hpa plan`: observe and decide once per group, act on nothing.
+/// `incus-hpa plan`: observe and decide once per group, act on nothing (see
+/// [`crate::dry_run`]). The groups' external programs run only when the file passes the
+/// checks `run` makes of it ([`load_strict`], for the user running plan): the file names
+/// their arguments, and they run with this user's rights. Otherwise the file is read for its
+/// content alone, and a note on stderr says why they were not run.
 pub async fn plan(socket: Option<&Path>, path: &Path) -> anyhow::Result<ExitCode> {
-    let loaded = match config::load(path) {
-        Ok(l) => l,
-        Err(e) => {
-            for d in &e.diagnostics {
-                eprintln!("{d}");
+    let (loaded, programs) = match load_strict(path) {
+        Ok(l) => (l, Ok(())),
+        Err(strict) => match config::load(path) {
+            Ok(l) => {
+                let why = strict.diagnostics.iter().map(|d| d.message.as_str());
+                (l, Err(why.collect::<Vec<_>>().join("; ")))
             }
-            return Ok(ExitCode::from(1));
-        }
+            Err(e) => {
+                for d in &e.diagnostics {
+                    eprintln!("{d}");
+                }
+                return Ok(ExitCode::from(1));
+            }
+        },
     };
     let ctx = context(
         &Reach::new(socket, &loaded.state.daemon)?,
@@ -323,46 +328,29 @@ pub async fn plan(socket: Option<&Path>, path: &Path) -> anyhow::Result<ExitCode
         eprintln!("incus-hpa: {e}");
         return Ok(ExitCode::from(1));
     }
-    let memory = (ctx.memory)(loaded.state.daemon.memory_source);
-    let now = Instant::now();
-    let resync = loaded.state.daemon.resync;
-    for spec in loaded.state.groups.values() {
-        let obs = observe(
-            ctx.incus.as_ref(),
-            memory.as_ref(),
-            &ctx.store,
-            spec,
-            resync,
-        )
-        .await
-        .with_context(|| format!("observing group {}", spec.name))?;
-        // A fresh history would hold every scale-down back: show the bare recommendation.
-        let p = decide(spec, &obs, &mut History::default(), now);
-        let signals: Vec<String> = p
-            .signals
-            .iter()
-            .map(|s| {
-                let value = s
-                    .value
-                    .map_or_else(|| "unknown".into(), |v| format!("{v:.1}"));
-                let wants = s.wants.map_or_else(|| "-".into(), |w| w.to_string());
-                format!("{} {value} (target {}) wants {wants}", s.name, s.target)
-            })
-            .collect();
-        println!(
-            "{}: {} instance(s), {}; recommends {} ({})",
-            spec.name,
-            p.current,
-            signals.join(", "),
-            p.recommendation,
-            p.reason
-        );
-        for i in &obs.instances {
-            let mem = i
-                .memory
-                .map_or_else(|| "-".into(), |m| fmt_util(m.percent()));
-            println!("  {:<24} {:?} {mem}", i.name, i.status);
+    let programs = match programs {
+        Ok(()) => crate::dry_run::Programs::Run,
+        Err(why) => {
+            if loaded.state.groups.values().any(|g| !g.external.is_empty()) {
+                eprintln!(
+                    "incus-hpa: {}: the external programs are not run, their signals show \
+                     unknown: {why} (run plan as root, or as the user who owns the file)",
+                    path.display()
+                );
+            }
+            crate::dry_run::Programs::NotRun
         }
-    }
+    };
+    let memory = (ctx.memory)(loaded.state.daemon.memory_source);
+    let state = &loaded.state;
+    let shown = crate::dry_run::plan(
+        ctx.incus.as_ref(),
+        memory.as_ref(),
+        &ctx.store,
+        state,
+        programs,
+    )
+    .await?;
+    print!("{shown}");
     Ok(ExitCode::SUCCESS)
 }

@@ -79,6 +79,18 @@ pub enum Command {
     /// Replay a demand trace (CSV `t,demand_mib`) through the decision code and score it.
     Simulate(SimulateArgs),
     /// Show what the daemon would decide now for each group, without acting (a dry run).
+    ///
+    /// Each group is decided as a pass of the daemon decides it, with every signal: memory, CPU
+    /// and pressure as read now, the schedule windows open now, and the number each external
+    /// program prints, run once. A program that fails, times out or prints no number is said as
+    /// the journal says it, and its signal has no reading (it holds the count). The programs
+    /// run as the daemon runs them (no shell, a small environment, killed after their timeout),
+    /// but with the rights of the user running plan: one that reads what only the daemon's user
+    /// may read fails here. They run only when the file passes the checks `run` makes of it
+    /// (see `validate`, for the user running plan); otherwise a note on stderr says why, and
+    /// their signals show unknown. plan starts from an empty history: no stabilization window
+    /// holds a recommendation back. Run it as root, or as a member of both incus-hpa (to read
+    /// the file) and incus-admin (to ask Incus).
     Plan {
         /// The desired-state file.
         #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]

@@ -1,7 +1,12 @@
 //! The daemon's main loop: waits for Incus, reconciles due groups, and reacts to events
 //! (reload, shutdown) that arrive on a channel: signals in production, a test's sender in tests.
 //!
-//! Shutdown lets the action in flight finish and starts no new one. A reload that fails keeps
+//! The loop never waits for one group: it starts each group's pass when the group is due, takes
+//! in each pass as it returns and each external program's value as it arrives, and meanwhile
+//! keeps serving events, reloads, the watch between passes and the watchdog (see
+//! [`crate::reconciler`]).
+//!
+//! Shutdown lets the actions in flight finish and starts no new one. A reload that fails keeps
 //! the last good desired state in force and says so in the log and in `STATUS=`.
 
 use std::time::{Duration, SystemTime};
@@ -143,51 +148,11 @@ pub async fn run_loop(
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         let mut reload = false;
         tokio::select! {
-            _ = sleep_until(next) => {
-                let mut shutdown = false;
-                let mut deadline = Instant::now();
-                let mut back = false;
-                let mut changed = Vec::new();
-                {
-                    let work = reconciler.run_due(Instant::now());
-                    tokio::pin!(work);
-                    loop {
-                        tokio::select! {
-                            _ = &mut work => break,
-                            _ = sleep_until(deadline), if shutdown => {
-                                tracing::warn!(
-                                    "the actions in flight did not end within {}: stopping \
-                                     without waiting for them (their instances are left as \
-                                     they are, the daemon's own; its next start finishes the \
-                                     job)", humantime::format_duration(SHUTDOWN_BUDGET));
-                                break;
-                            }
-                            ev = events.recv(), if !shutdown => match ev {
-                                Some(Event::Reload) => reload = true,
-                                Some(Event::InstanceChanged { project, name }) => changed.push((project, name)),
-                                Some(Event::IncusBack) => back = true,
-                                Some(Event::Dump) => dump(&ctx),
-                                Some(Event::Shutdown) | None => {
-                                    tracing::info!("shutting down after the action in flight");
-                                    ctx.stop.set();
-                                    shutdown = true;
-                                    deadline = Instant::now() + SHUTDOWN_BUDGET;
-                                }
-                            },
-                            _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),
-                        }
-                    }
+            _ = sleep_until(next) => reconciler.start_due(Instant::now()),
+            ended = reconciler.ended() => {
+                if reconciler.finish(ended, Instant::now()) {
+                    status(&reconciler, invalid_since);
                 }
-                if shutdown {
-                    break;
-                }
-                for (project, name) in changed {
-                    reconciler.wake(&project, &name, Instant::now());
-                }
-                if back {
-                    reconciler.incus_back(Instant::now());
-                }
-                status(&reconciler, invalid_since);
             }
             ev = events.recv() => match ev {
                 Some(Event::Reload) => reload = true,
@@ -236,6 +201,31 @@ pub async fn run_loop(
             status(&reconciler, invalid_since);
         }
     }
+    // The actions in flight finish (a drain is cut short), no new one starts, and no program
+    // runs any more.
+    ctx.stop.set();
+    reconciler.stop_programs();
+    if reconciler.busy() {
+        tracing::info!("shutting down after the actions in flight");
+    }
+    let deadline = Instant::now() + SHUTDOWN_BUDGET;
+    while reconciler.busy() {
+        tokio::select! {
+            ended = reconciler.ended() => {
+                reconciler.finish(ended, Instant::now());
+            }
+            _ = sleep_until(deadline) => {
+                tracing::warn!(
+                    "the actions in flight did not end within {}: stopping without waiting for \
+                     them (their instances are left as they are, the daemon's own; its next \
+                     start finishes the job)", humantime::format_duration(SHUTDOWN_BUDGET));
+                break;
+            }
+            _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),
+        }
+    }
+    // What is still in flight stops here.
+    drop(reconciler);
     // Another daemon takes over at once rather than after the lease runs out.
     ctx.leases.release_all(ctx.incus.as_ref()).await;
     state

@@ -14,19 +14,24 @@
 //!   recommendation of its stabilization window, scale-up only as high as the lowest of its own.
 //!   Missing metrics never lead to a scale-down: on the way up they count as 0 %, and if that
 //!   lands within tolerance, the count is kept. Optional step limits cap how many instances
-//!   are added or removed per `interval`, however many passes run (never when restoring min
-//!   or max): the desired count moves at most a step away from the capacity there is, so a
-//!   count that moved while nothing could be done (a pause, a standby, failed deletes) never
-//!   turns into a burst of actions later; without them, scale-up is capped as Kubernetes caps
-//!   it by default. With `policy =
-//!   "adaptive"` (the default) the recommendation comes from [`adaptive`] instead, inside the
-//!   same bounds, missing-metric guard and windows.
+//!   are added or removed per `interval`, however many passes run (never when restoring min,
+//!   or a max lowered in the file; every removal but the warm pool's counts all the same):
+//!   the desired count moves at most a step away from the capacity there is, so a count that
+//!   moved while nothing could be done (a pause, a standby, failed deletes) never turns into a
+//!   burst of actions later; without them, scale-up is capped as Kubernetes caps it by
+//!   default. With `policy = "adaptive"` (the default) the recommendation comes from
+//!   [`adaptive`] instead, inside the same bounds, missing-metric guard and windows.
+//! - **Schedule windows** replace min and max while open. A window's lower max is reached
+//!   within the step limits; after a window that allowed more than max closes, the count
+//!   winds down to max through the scale-down stabilization window and the step limits. The
+//!   history tells that from a max lowered in the file (`History::allowed`).
 //! - **Actions** bring the capacity (healthy and restarting instances) to the desired count.
 //! - **Host headroom** (`headroom`): when the pass read the hosts' memory, the additions
 //!   that would take a host below `[daemon] host_reserve` are held back (`host-headroom`), and
 //!   on a cluster each new instance is placed on a member with room.
 
 pub mod adaptive;
+mod bounds;
 mod headroom;
 mod health;
 mod history;
@@ -42,8 +47,9 @@ use tokio::time::Instant;
 
 use crate::model::{
     Action, Cause, GroupSpec, Memory, Observation, ObservedInstance, Plan, Policy, Reason,
-    ScaleDownOrder, SignalState, Window,
+    ScaleDownOrder, SignalState,
 };
+use bounds::{scheduled, Way};
 use health::Class;
 pub use health::{
     CRASH_LIMIT, CRASH_RESET, CRASH_WINDOW, CREATING_MAX, START_FAILURE_LIMIT, UNHEALTHY_CONFIRM,
@@ -74,6 +80,9 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     let utilization = utilization(measured.iter().map(|(_, m)| m));
 
     let base = history.desired().unwrap_or(capacity);
+    // What schedule windows let the group grow to above its own max, and it winds down from.
+    let file_max = spec.max;
+    let allowed = history.allowed(file_max);
     // An open schedule window replaces min (and max) for as long as it is open.
     let scheduled = scheduled(spec, obs.window);
     let spec = scheduled.as_ref().unwrap_or(spec);
@@ -112,49 +121,54 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     votes.extend(signals::cpu(spec, base, &rates, missing));
     votes.extend(signals::pressure(spec, base, &measured, missing));
     votes.extend(signals::external(spec, base, &obs.external));
-    let (recommendation, reason) = if base < spec.min {
-        let why = if scheduled.is_some() && obs.window.and_then(|w| w.min).is_some() {
-            Reason::ScheduleMin
-        } else {
-            Reason::BelowMin
-        };
-        (spec.min, why)
-    } else if base > spec.max {
-        let why = if scheduled.is_some() && obs.window.and_then(|w| w.max).is_some() {
-            Reason::ScheduleMax
-        } else {
-            Reason::AboveMax
-        };
-        (spec.max, why)
-    } else {
-        let (wants, reason) = signals::combine(&votes, base);
-        (wants.clamp(spec.min, spec.max), reason)
-    };
+    // Outside the bounds in force, the bound is the recommendation, whatever the signals.
+    let window_min = scheduled.is_some() && obs.window.and_then(|w| w.min).is_some();
+    let (recommendation, reason, way) = bounds::outside(spec, file_max, allowed, base, window_min)
+        .unwrap_or_else(|| {
+            let (wants, reason) = signals::combine(&votes, base);
+            (wants.clamp(spec.min, spec.max), reason, Way::Signals)
+        });
     let signals: Vec<SignalState> = votes.into_iter().map(|v| v.state).collect();
-    let (desired, reason, step_limited) = match reason {
-        // Bounds are restored at once; only metric-driven changes are stabilized and stepped.
-        Reason::BelowMin | Reason::AboveMax | Reason::ScheduleMin | Reason::ScheduleMax => {
-            (recommendation, reason, false)
+    // What this pass removes whatever the count: its removals count in the step
+    // (crash-looping and expired unhealthy instances, as `actions` removes them).
+    let leaving = classes
+        .iter()
+        .filter(|(i, c)| !i.protected && matches!(c, Class::Retire | Class::Expired))
+        .count() as u32;
+    let step = |desired| limit_step(spec, base, capacity, leaving, desired, history, now);
+    let (desired, reason, step_limited) = match way {
+        Way::AtOnce => (recommendation, reason, false),
+        Way::Stepped => {
+            let (desired, limited) = step(recommendation);
+            (desired, reason, limited)
         }
-        _ => {
-            let (desired, reason) = stabilize(spec, base, recommendation, reason, history, now);
-            let (desired, step_limited) = limit_step(spec, base, capacity, desired, history, now);
-            (desired, reason, step_limited)
+        Way::WindDown => {
+            let (held, _) = stabilize(spec, base, base, recommendation, reason, history, now);
+            let (desired, limited) = step(held);
+            (desired, reason, limited)
+        }
+        Way::Signals => {
+            let (desired, reason) =
+                stabilize(spec, base, spec.max, recommendation, reason, history, now);
+            let (desired, limited) = step(desired);
+            (desired, reason, limited)
         }
     };
     history.record(spec, now, base, recommendation, desired);
+    history.bounded(file_max, spec.max, allowed, base.max(desired));
     let (actions, protected) = actions(spec, &classes, base, capacity, desired, reason);
     let (actions, headroom) = headroom::cap(spec, obs, actions, healthy);
     if !spec.paused {
         // What step limits count: instances brought in (replacements too: a step is about
-        // how fast the group changes) and instances taken out of service.
+        // how fast the group changes) and every removal but the warm pool's, whatever its
+        // reason (one that restores a max lowered in the file too, though no step holds it).
         let added = actions
             .iter()
             .filter(|a| matches!(a, Action::Create { .. } | Action::Promote { .. }))
             .count() as u32;
         let removed = actions
             .iter()
-            .filter(|a| matches!(a.cause(), Cause::ScaleDown | Cause::Surplus))
+            .filter(|a| matches!(a, Action::Remove { .. }) && a.cause() != Cause::WarmPool)
             .count() as u32;
         history.acted(spec, now, added, removed);
     }
@@ -264,21 +278,6 @@ fn recommend_adaptive(
     } else {
         (r, why)
     }
-}
-
-/// The group as an open schedule window makes it: its `min` and `max` replaced by the
-/// window's (a `min` above the group's `max` raises the `max` with it); `None` when no window
-/// changes them.
-fn scheduled(spec: &GroupSpec, window: Option<Window>) -> Option<GroupSpec> {
-    let w = window?;
-    let min = w.min.unwrap_or(spec.min);
-    let max = w.max.unwrap_or(spec.max).max(min);
-    let min = min.min(max);
-    ((min, max) != (spec.min, spec.max)).then(|| GroupSpec {
-        min,
-        max,
-        ..spec.clone()
-    })
 }
 
 /// Total usage over total limits, percent, as Kubernetes computes utilization: instances with
@@ -509,6 +508,8 @@ fn removal_order(spec: &GroupSpec, a: &ObservedInstance, b: &ObservedInstance) -
 
 #[cfg(test)]
 mod adaptive_tests;
+#[cfg(test)]
+mod bounds_tests;
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]

@@ -7,28 +7,35 @@
 //! pinged, and given up when it stays silent ([`live`]): a half-open connection is followed
 //! again from a new one, and the cache listed again, within [`SILENT_MAX`].
 //!
+//! The events are taken in by one task, their reads queued per instance ([`queue`]), so that a
+//! storm of events grows neither tasks nor memory.
+//!
 //! Only `type=lifecycle` is followed: with `operation` events followed as well, about half of
 //! the container starts running beside the daemon stalled here on Incus 6.0.4 (`forkstart`
 //! hung until its 90 s timeout); with lifecycle events only, none did.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures_util::stream::BoxStream;
+use futures_util::stream::{BoxStream, FuturesUnordered};
 use futures_util::StreamExt;
 use serde::Deserialize;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::{sleep_until, Instant};
 
 use crate::daemon::{Event, WAIT_MAX};
 use crate::incus::tls::Tls;
 use crate::incus::{Endpoint, Incus, Unreachable};
 pub use crate::informer::Lifecycle;
-use crate::informer::Store;
+use crate::informer::{Store, READS_AT_ONCE};
 use crate::reconciler::backoff;
 
 mod live;
+pub mod queue;
 pub use live::{PING_EVERY, SILENT_MAX};
+use queue::{Key, Queue, PENDING_MAX};
 
 /// The lifecycle actions that can leave a group short of instances.
 pub const TRIGGERS: &[&str] = &[
@@ -199,7 +206,10 @@ impl IncusEvents {
 /// and counts the reconnections in `reconnects`.
 /// On every connection the cache is to be listed again and [`Event::IncusBack`] is sent; every
 /// lifecycle event updates the cache, then sends [`Event::InstanceChanged`] when it may leave a
-/// group short.
+/// group short. One task does it all, whatever the rate of events: the reads they ask for wait
+/// in a [`queue::Queue`] (one entry per instance, at most [`PENDING_MAX`]) and are made
+/// [`READS_AT_ONCE`] at a time. When the stream ends, the reads not made yet are given up: the
+/// cache is listed again and their groups woken.
 pub async fn follow(
     source: Arc<dyn EventSource>,
     incus: Arc<dyn Incus>,
@@ -251,25 +261,77 @@ async fn stream(
         return Ok(());
     }
     tracing::debug!("following Incus lifecycle events");
-    while let Some(ev) = stream.next().await {
-        let ev = ev?;
-        if events.is_closed() {
-            return Ok(());
+    let wake = |(project, name): Key| {
+        let _ = events.send(Event::InstanceChanged { project, name });
+    };
+    // The stream is never left unread while instances are read: this one task takes each
+    // event in and queues the read it asks for (one per instance, see `queue`), and makes at
+    // most READS_AT_ONCE of them at a time, waking their groups once each is done.
+    let mut queue = Queue::default();
+    let mut reads = FuturesUnordered::new();
+    let mut flying: HashMap<u64, BTreeSet<Key>> = HashMap::new();
+    let mut started = 0u64;
+    let mut overflowed = false;
+    let end = loop {
+        while reads.len() < READS_AT_ONCE {
+            let Some(work) = queue.take(Instant::now()) else {
+                break;
+            };
+            started += 1;
+            let id = started;
+            flying.insert(id, work.wakes);
+            let (project, name) = work.key;
+            reads.push(async move {
+                store
+                    .read_event(incus.as_ref(), &project, &name, work.read)
+                    .await;
+                id
+            });
         }
-        tracing::debug!(action = %ev.action, instance = %ev.name, project = %ev.project,
-            "Incus event {} {}", ev.action, ev.name);
-        // The stream is never left unread while an instance is read: each event is taken in
-        // (and its groups woken, once the cache has it) by a task of its own. The informer
-        // reads each instance once for the events that came meanwhile, a few at a time.
-        let (store, incus, events) = (Arc::clone(store), Arc::clone(incus), events.clone());
-        tokio::spawn(async move {
-            store.apply(&incus, &ev).await;
-            if let Some((project, name)) = wakes(&ev) {
-                let _ = events.send(Event::InstanceChanged { project, name });
+        let due = queue.next_due().filter(|_| reads.len() < READS_AT_ONCE);
+        tokio::select! {
+            ev = stream.next() => {
+                let ev = match ev {
+                    Some(Ok(ev)) => ev,
+                    Some(Err(e)) => break Err(e),
+                    None => break Err("the event stream ended".to_owned()),
+                };
+                if events.is_closed() {
+                    return Ok(());
+                }
+                tracing::debug!(action = %ev.action, instance = %ev.name, project = %ev.project,
+                    "Incus event {} {}", ev.action, ev.name);
+                let Some(read) = store.intake(&ev) else {
+                    if let Some(w) = wakes(&ev) {
+                        wake(w);
+                    }
+                    continue;
+                };
+                let key = (ev.project.clone(), ev.name.clone());
+                if let Err(overflow) = queue.push(key, read, wakes(&ev), Instant::now()) {
+                    // Faster than it can be read: a listing is one request per project.
+                    if !std::mem::replace(&mut overflowed, true) {
+                        tracing::warn!(
+                            "more than {PENDING_MAX} instances with Incus events waiting to be \
+                             read: listing them again instead"
+                        );
+                    }
+                    store.invalidate_all();
+                    overflow.wakes.into_iter().for_each(wake);
+                }
             }
-        });
-    }
-    Err("the event stream ended".into())
+            Some(id) = reads.next(), if !reads.is_empty() => {
+                flying.remove(&id).into_iter().flatten().for_each(wake);
+            }
+            () = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+        }
+    };
+    // What was not read: listed again at the next pass, to which its groups are woken now.
+    drop(reads);
+    store.invalidate_all();
+    flying.into_values().flatten().for_each(wake);
+    queue.drain().into_iter().for_each(wake);
+    end
 }
 
 #[cfg(test)]

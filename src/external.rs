@@ -2,22 +2,23 @@
 //! that prints one number, the load a group scales on.
 //!
 //! [`check_program`] is the config parser's rule for the program (root's file, in root's
-//! directories, like the desired-state file itself); [`read`] runs it once, bounded in time and
-//! output, and returns its number or an [`ExternalError`]; [`Said`] remembers which errors were
-//! logged so that each is logged once, and [`Cache`] holds the last reading of each signal so
-//! that a program runs at most once per interval. Nothing here decides: `decide` turns the
-//! value into a count.
+//! directories, like the desired-state file itself, and a script's interpreter likewise);
+//! [`read`] checks it again and runs it once, by the descriptor it checked (`run`), bounded in
+//! time and output, leaving nothing behind (`reap`), and returns its number or an
+//! [`ExternalError`]; [`Said`] remembers which errors were logged so that each is logged once,
+//! and [`Cache`] holds the last reading of each signal so that a program runs at most once per
+//! interval. The reconciler runs the programs in the background, one run of each signal at a
+//! time (`crate::reconciler`). Nothing here decides: `decide` turns the value into a count.
+
+mod reap;
+mod run;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Stdio;
 use std::time::Duration;
 
-use rustix::process::{kill_process_group, Pid, Signal};
-use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
 use tokio::time::Instant;
 
 use crate::model::{ExternalSpec, GroupName};
@@ -60,18 +61,33 @@ impl fmt::Display for Ended {
     }
 }
 
+/// What the journal (and `plan`) says when external signal `i` (from 0) of `group`, run as
+/// `program`, has no reading.
+pub fn no_reading(group: &str, i: usize, program: &str, e: &ExternalError) -> String {
+    format!(
+        "external signal {} of {group} ({program}) has no reading: {e}; it holds the count \
+         (never lowers it) until the program answers",
+        i + 1
+    )
+}
+
 /// Why an external signal has no reading this time. The messages are for the journal, after
 /// "external signal N of group G: ".
 #[derive(Debug, thiserror::Error)]
 pub enum ExternalError {
-    /// The program could not be started (missing, not executable, no memory...).
+    /// The program, or a script's interpreter, is not one the daemon runs (missing, or others
+    /// could change it: see [`check_program`]), checked again before every run.
+    #[error("cannot run {program}: {why}")]
+    Unusable { program: String, why: String },
+    /// The program could not be started (not executable, no memory...).
     #[error("cannot run {program}: {source}")]
     Spawn {
         program: String,
         #[source]
         source: io::Error,
     },
-    /// It did not finish (and close its output) in time: it and its process group were killed.
+    /// It did not finish (and close its output) in time: it and everything it started were
+    /// killed.
     #[error(
         "no answer within {}: killed it and every process it started",
         humantime::format_duration(*after)
@@ -113,17 +129,20 @@ fn quoted(stdout: &str) -> String {
 
 /// Runs `spec.command` once and returns the number it printed.
 ///
-/// The program is run directly (no shell), as the daemon's user, from `/`, with stdin from
-/// `/dev/null` and only [`ENVIRONMENT`], in a process group of its own. Unless it has exited
-/// and closed stdout and stderr within `spec.timeout`, the whole group is killed (a script's
-/// children too) and the error is [`ExternalError::Timeout`]; the same happens when the
-/// returned future is dropped before it is done. Processes it leaves behind after exiting,
-/// their output redirected elsewhere, are its own business. At most [`KEPT`] bytes of each of
-/// stdout and stderr are kept. When it exits with 0, the answer is its stdout without leading
-/// and trailing whitespace: one finite number, 0 or more, as Rust's `f64` parser reads it
-/// (`42`, `3.5`, `.5`, `+7`, `1e3`); not `inf`, `nan`, units, `1_000`, `1,5` or two numbers.
+/// The program, and a script's interpreter, are opened and checked first, as the config
+/// parser checks them ([`check_program`]), and what was checked is what is executed: a file put
+/// in its place since is refused ([`ExternalError::Unusable`]), never run. It is run directly
+/// (no shell), as the daemon's user, from `/`, with stdin from `/dev/null` and only
+/// [`ENVIRONMENT`], in a session of its own. The run ends when the program exits, or at
+/// `spec.timeout` ([`ExternalError::Timeout`]): then whatever it started is killed, its process
+/// group and the processes that left it, and what they wrote before is still read. When the
+/// returned future is dropped before, its process group is killed at once, and what left it
+/// at the next run's end (a drop cannot wait for the leader to die). At most [`KEPT`] bytes of
+/// each of stdout and stderr are kept. When it exits with 0, the answer is its stdout without leading and trailing
+/// whitespace: one finite number, 0 or more, as Rust's `f64` parser reads it (`42`, `3.5`,
+/// `.5`, `+7`, `1e3`); not `inf`, `nan`, units, `1_000`, `1,5` or two numbers.
 pub async fn read(spec: &ExternalSpec) -> Result<f64, ExternalError> {
-    let (status, stdout, stderr) = run(&spec.command, spec.timeout).await?;
+    let (status, stdout, stderr) = run::run(&spec.command, spec.timeout).await?;
     let ended = match (status.code(), status.signal()) {
         (Some(0), _) => return parse(&stdout),
         (Some(code), _) => Ended::Code(code),
@@ -144,101 +163,6 @@ struct Captured {
     kept: Vec<u8>,
     /// Whether more came after them (read and thrown away).
     more: bool,
-}
-
-/// Runs the program to its end (see [`read`]): its exit status, stdout and stderr.
-async fn run(
-    command: &[String],
-    timeout: Duration,
-) -> Result<(std::process::ExitStatus, Captured, Captured), ExternalError> {
-    let Some((program, args)) = command.split_first() else {
-        return Err(ExternalError::Spawn {
-            program: "(no program)".into(),
-            source: io::Error::new(io::ErrorKind::InvalidInput, "the command is empty"),
-        });
-    };
-    let spawn_error = |source| ExternalError::Spawn {
-        program: printable(program).into_owned(),
-        source,
-    };
-    let mut child = Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(ENVIRONMENT)
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0)
-        .spawn()
-        .map_err(spawn_error)?;
-    // Declared after `child`, so dropped before it: the group is killed while its leader is
-    // not yet reaped (its pid, the group's id, cannot have been reused).
-    let mut group = GroupKiller::new(child.id());
-    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(spawn_error(io::Error::other("no pipe to the program")));
-    };
-    let finished = tokio::time::timeout(timeout, async {
-        let (out, err) = tokio::join!(capture(out), capture(err));
-        (child.wait().await, out, err)
-    })
-    .await;
-    match finished {
-        Ok((Ok(status), out, err)) => {
-            // Reaped: its pid may be reused from now on.
-            group.disarm();
-            Ok((status, out, err))
-        }
-        Ok((Err(e), _, _)) => Err(spawn_error(e)),
-        Err(_elapsed) => {
-            drop(group);
-            // Killed with its group just now: this only reaps it.
-            let _ = child.kill().await;
-            Err(ExternalError::Timeout { after: timeout })
-        }
-    }
-}
-
-/// Kills a process group when dropped, unless disarmed once its leader was reaped.
-struct GroupKiller(Option<Pid>);
-
-impl GroupKiller {
-    fn new(leader: Option<u32>) -> Self {
-        Self(leader.and_then(|pid| Pid::from_raw(i32::try_from(pid).ok()?)))
-    }
-
-    fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            // ESRCH: the whole group is gone already.
-            let _ = kill_process_group(pgid, Signal::KILL);
-        }
-    }
-}
-
-/// Reads `pipe` to its end, keeping the first [`KEPT`] bytes. A read error ends it like the
-/// end of the pipe (the exit status still tells how the program ended).
-async fn capture(mut pipe: impl AsyncRead + Unpin) -> Captured {
-    let mut captured = Captured::default();
-    let mut buf = [0u8; 8192];
-    loop {
-        let n = match pipe.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        let room = KEPT - captured.kept.len();
-        captured.kept.extend_from_slice(&buf[..n.min(room)]);
-        captured.more |= n > room;
-    }
-    captured
 }
 
 /// The number a program printed: its stdout without leading and trailing whitespace must be one
@@ -329,19 +253,17 @@ impl Said {
 /// The last run of each signal, so that its program runs at most once per interval however
 /// often its group is reconciled (events, reloads, requeues).
 ///
-/// The caller takes `now` once, before the run:
+/// A run is recorded with the time it started:
 /// ```ignore
-/// let value = match cache.fresh(&key, now, interval) {
-///     Some(last) => last,                 // ran less than `interval` ago: not again
-///     None => {
-///         let value = external::read(spec).await; // log the error through `Said`
-///         cache.put(key, now, value.as_ref().ok().copied());
-///         value.ok()
-///     }
-/// };
+/// if cache.fresh(&key, now, interval).is_none() && !running(&key) {
+///     // Due: start a run in the background; when it ends (log the error through `Said`):
+///     cache.put(key, started, value.as_ref().ok().copied());
+/// }
+/// // What a pass at `now` uses: the last value while it is fresh enough.
+/// let value = cache.fresh(&key, now, interval + timeout).flatten();
 /// ```
 /// A failed run counts as a run (`Some(None)`): a broken program is not retried on every
-/// event. One group is reconciled at a time, so two runs of one signal cannot race.
+/// event. The caller runs one program of a signal at a time, so two runs cannot race.
 #[derive(Debug, Default)]
 pub struct Cache {
     taken: HashMap<Key, (Instant, Option<f64>)>,
@@ -369,3 +291,9 @@ impl Cache {
 #[cfg(test)]
 #[path = "external_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod program_tests;
+
+#[cfg(test)]
+mod reap_tests;

@@ -14,10 +14,10 @@
 //!   member a new instance may go to (the group's `target`: a member, a cluster group, or
 //!   all) and each member an instance to start is on. `host_reserve` as a percentage is of
 //!   each host's own total.
-//! - **One reading per host per round**: the groups due together share a [`Round`]: each host
-//!   (and the member list) is read once for all of them, and what a group's pass planned on a
-//!   host is taken off what the next group sees there, so two groups never both take the last
-//!   room of a host.
+//! - **One reading per host per round**: the passes that start within a second of each other
+//!   share a [`Round`] (see `crate::reconciler`): each host (and the member list) is read once
+//!   for all of them, and what a group's pass planned on a host is taken off what the next
+//!   group sees there, so two groups never both take the last room of a host.
 //! - **A host that cannot be read** is warned about and not checked (see `crate::decide`'s
 //!   headroom rules); when nothing can be read, additions are not capped this pass.
 

@@ -11,11 +11,11 @@
 //!   (`instance-deleted` drops it); the daemon's own actions write their result in at once.
 //! - Reads for events are coalesced per instance: at most one is queued or in flight for an
 //!   instance. An event that comes while its read is queued is covered by it (it is sent after
-//!   the event); one that comes while it is in flight has the instance read once more after it,
-//!   however many come, so the newest state is always read. Every event is taken in (and its
-//!   groups woken) once the read that covers it is done. Across instances, at most
-//!   [`READS_AT_ONCE`] such reads are in flight: a mass stop of many instances opens no more
-//!   connections to incusd than that.
+//!   the event); one that came before the read in flight was sent is covered by it too; one
+//!   that came after has the instance read once more after it, however many come, so the
+//!   newest state is always read. Every event is taken in (and its groups woken) once the
+//!   read that covers it is done. Across instances, at most [`READS_AT_ONCE`] such reads are
+//!   in flight: a mass stop of many instances opens no more connections to incusd than that.
 //! - Instances coming up (`instance-created`, `instance-started`) are the exception. On Incus
 //!   6.0, reading instances while others start slows the starts down (a burst of 50 at 4 at a
 //!   time: 0.90× the sequential time with those reads, 0.59× without, as fast as the bare API)
@@ -23,18 +23,25 @@
 //!   not read at once: not at all when the cache already shows them so (the daemon's own
 //!   creations and starts write their result), otherwise [`SETTLE`] later, unless something
 //!   newer was written by then.
+//! - The event follower ([`crate::events`]) takes each event in with [`Store::intake`] (what
+//!   needs no read: deletions, renames' old names) and queues the reads it asks for, one per
+//!   instance however many events came ([`crate::events::queue`]), which it makes with
+//!   [`Store::read_event`] (see `reads`).
 //! - While the daemon acts on an instance, events about it are not read: the action reads its
 //!   result itself, and an event that came after that read is read when the action ends.
-//! - Every read takes a ticket before it is sent; a write with an older ticket than the entry's
-//!   loses, and a removal leaves a tombstone, so a slow read can never bring back an instance
-//!   that a later one saw gone.
+//! - Every read takes a [`Ticket`] before it is sent; a write with an older ticket than the
+//!   entry's loses, and a removal leaves a tombstone, so a slow read can never bring back an
+//!   instance that a later one saw gone. A tombstone is kept only while a read sent before it
+//!   may still write (its ticket is held): once none can, it has served, and the project's
+//!   next write drops it. The cache holds the instances there are, not every name an event
+//!   ever named (each event about an instance of no group leaves one, as a deletion does).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::incus::{Incus, IncusError, Instance};
@@ -62,6 +69,21 @@ pub struct Lifecycle {
     pub old_name: Option<String>,
 }
 
+/// A read about to be sent: its place in the order of reads. While it is held, what the read
+/// finds may still be written ([`Store::put`], [`Store::listed`]), so the tombstones newer than
+/// it are kept; it is let go when written or dropped (the read failed or was given up).
+#[derive(Debug)]
+pub struct Ticket {
+    number: u64,
+    held: Arc<Mutex<BTreeSet<u64>>>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        lock(&self.held).remove(&self.number);
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     ticket: u64,
@@ -74,19 +96,29 @@ struct Project {
     /// When the project was last listed; `None` until then, or after an invalidation.
     listed: Option<Instant>,
     entries: BTreeMap<String, Entry>,
+    /// How many of the entries are tombstones.
+    graves: usize,
 }
 
-/// The reads of one instance for events, while one is queued or in flight.
-#[derive(Debug)]
-struct Reading {
-    /// Reads begun so far, the current one included.
-    round: u64,
-    /// The current read was sent: an event now needs one more.
-    sent: bool,
-    /// One more read is due after the current one.
-    again: bool,
-    /// The last read done (for the events waiting on it).
-    done: watch::Sender<u64>,
+impl Project {
+    /// Drops the tombstones no read in flight is older than (`oldest`: the oldest ticket
+    /// held, if any): nothing they stand against can come any more.
+    fn bury(&mut self, oldest: Option<u64>) {
+        if self.graves == 0 {
+            return;
+        }
+        let oldest = oldest.unwrap_or(u64::MAX);
+        self.entries
+            .retain(|_, e| e.instance.is_some() || e.ticket > oldest);
+        self.graves = self.count_graves();
+    }
+
+    fn count_graves(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.instance.is_none())
+            .count()
+    }
 }
 
 /// (project, instance).
@@ -100,6 +132,8 @@ pub struct Store {
     /// was not read meanwhile (0: none).
     busy: Mutex<HashMap<Key, u64>>,
     tickets: AtomicU64,
+    /// The tickets held (reads in flight that may still write).
+    held: Arc<Mutex<BTreeSet<u64>>>,
     /// Instances with a read for events queued or in flight.
     reads: Mutex<HashMap<Key, Reading>>,
     /// At most [`READS_AT_ONCE`] reads for events in flight.
@@ -112,6 +146,7 @@ impl Default for Store {
             projects: Mutex::default(),
             busy: Mutex::default(),
             tickets: AtomicU64::default(),
+            held: Arc::default(),
             reads: Mutex::default(),
             gate: Semaphore::new(READS_AT_ONCE),
         }
@@ -123,25 +158,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The reader of one instance: when it is dropped before it is done (cancelled), the instance
-/// is no longer marked as being read, and whoever waits on it stops waiting.
-struct Reader<'a> {
-    reads: &'a Mutex<HashMap<Key, Reading>>,
-    key: Option<Key>,
-}
-
-impl Drop for Reader<'_> {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            lock(self.reads).remove(&key);
+impl Store {
+    /// A ticket for a read about to be sent; give it to [`Store::put`] with what the read
+    /// found.
+    pub fn ticket(&self) -> Ticket {
+        // Taken and held at once: a tombstone newer than it is never dropped in between.
+        let mut held = lock(&self.held);
+        let number = self.stamp();
+        held.insert(number);
+        Ticket {
+            number,
+            held: Arc::clone(&self.held),
         }
     }
-}
 
-impl Store {
-    /// A ticket for a read about to be sent.
-    pub fn ticket(&self) -> u64 {
+    /// The next number in the order of reads, for comparisons (a ticket not held).
+    fn stamp(&self) -> u64 {
         self.tickets.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The oldest ticket held, if any.
+    fn oldest_held(&self) -> Option<u64> {
+        lock(&self.held).first().copied()
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Project>) -> T) -> T {
@@ -172,8 +210,10 @@ impl Store {
     /// a group key, and those of them that are now on a member that does not answer (listed
     /// without their config): these keep what was last known of them, marked unreachable.
     /// One such instance not known before is left out: nothing says whose it is.
-    pub fn listed(&self, project: &str, ticket: u64, instances: Vec<Instance>, now: Instant) {
+    pub fn listed(&self, project: &str, ticket: Ticket, instances: Vec<Instance>, now: Instant) {
         self.with(|p| {
+            let held = ticket;
+            let ticket = held.number;
             let p = p.entry(project.to_owned()).or_default();
             let before = std::mem::take(&mut p.entries);
             let instances = instances.into_iter().filter_map(|i| {
@@ -201,29 +241,39 @@ impl Store {
                 });
             }
             p.listed = Some(now);
+            p.graves = p.count_graves();
+            // Written: let go before the tombstones are looked at (the lock is still held).
+            drop(held);
+            p.bury(self.oldest_held());
         })
     }
 
     /// Takes in what a read of one instance, sent with `ticket`, found (`None`: gone). Only for
     /// projects already listed; a read older than what is known loses.
-    pub fn put(&self, project: &str, name: &str, ticket: u64, found: Option<Instance>) {
+    pub fn put(&self, project: &str, name: &str, ticket: Ticket, found: Option<Instance>) {
         let found = found.filter(|i| i.config.contains_key(GROUP_KEY));
         self.with(|p| {
             let Some(p) = p.get_mut(project) else {
                 return;
             };
             match p.entries.get(name) {
-                Some(e) if e.ticket > ticket => {}
+                Some(e) if e.ticket > ticket.number => {}
                 _ => {
-                    p.entries.insert(
-                        name.to_owned(),
-                        Entry {
-                            ticket,
-                            instance: found,
-                        },
-                    );
+                    let grave = found.is_none();
+                    let entry = Entry {
+                        ticket: ticket.number,
+                        instance: found,
+                    };
+                    let was = p.entries.insert(name.to_owned(), entry);
+                    if was.is_some_and(|e| e.instance.is_none()) {
+                        p.graves -= 1;
+                    }
+                    p.graves += usize::from(grave);
                 }
             }
+            // Written: let go before the tombstones are looked at (the lock is still held).
+            drop(ticket);
+            p.bury(self.oldest_held());
         })
     }
 
@@ -252,6 +302,12 @@ impl Store {
                 p.listed = None;
             }
         })
+    }
+
+    /// How many entries the project holds, tombstones included.
+    #[cfg(test)]
+    fn entries(&self, project: &str) -> usize {
+        self.with(|p| p.get(project).map_or(0, |p| p.entries.len()))
     }
 
     /// Every cached instance, by project: (name, status), for comparisons and dumps.
@@ -302,148 +358,11 @@ impl Store {
             Err(_) => self.invalidate(project),
         }
     }
-
-    /// The daemon starts acting on `name`: events about it are not read until [`Store::end`].
-    pub fn begin(&self, project: &str, name: &str) {
-        lock(&self.busy).insert((project.to_owned(), name.to_owned()), 0);
-    }
-
-    /// The daemon is done with `name` (and has written what it found): an event about it that
-    /// came after that read is read now.
-    pub async fn end(&self, incus: &dyn Incus, project: &str, name: &str) {
-        let skipped = lock(&self.busy)
-            .remove(&(project.to_owned(), name.to_owned()))
-            .unwrap_or(0);
-        if skipped > 0 && !self.written_since(project, name, skipped) {
-            self.read_coalesced(incus, project, name).await;
-        }
-    }
-
-    /// Reads `name` for an event, unless the daemon is acting on it (then noted for
-    /// [`Store::end`]).
-    async fn read_for_event(&self, incus: &dyn Incus, project: &str, name: &str) {
-        let key = (project.to_owned(), name.to_owned());
-        if let Some(skipped) = lock(&self.busy).get_mut(&key) {
-            *skipped = self.ticket();
-            return;
-        }
-        self.read_coalesced(incus, project, name).await;
-    }
-
-    /// Reads `name` for an event, coalesced with the other reads of it, at most
-    /// [`READS_AT_ONCE`] instances at a time (see the module's header); returns once a read
-    /// sent after this call is done.
-    async fn read_coalesced(&self, incus: &dyn Incus, project: &str, name: &str) {
-        let key = (project.to_owned(), name.to_owned());
-        let waiting = {
-            let mut reads = lock(&self.reads);
-            match reads.get_mut(&key) {
-                Some(r) => {
-                    r.again |= r.sent;
-                    let covering = r.round + u64::from(r.sent);
-                    Some((r.done.subscribe(), covering))
-                }
-                None => {
-                    let r = Reading {
-                        round: 1,
-                        sent: false,
-                        again: false,
-                        done: watch::Sender::new(0),
-                    };
-                    reads.insert(key.clone(), r);
-                    None
-                }
-            }
-        };
-        if let Some((mut done, covering)) = waiting {
-            // Its reader reads it for this event too (an error: the reader is gone).
-            let _ = done.wait_for(|&d| d >= covering).await;
-            return;
-        }
-        let mut reader = Reader {
-            reads: &self.reads,
-            key: Some(key.clone()),
-        };
-        loop {
-            // Never closed, so never an error.
-            let permit = self.gate.acquire().await;
-            if let Some(r) = lock(&self.reads).get_mut(&key) {
-                r.sent = true;
-            }
-            self.refresh(incus, project, name).await;
-            drop(permit);
-            let mut reads = lock(&self.reads);
-            let Some(r) = reads.get_mut(&key) else {
-                break;
-            };
-            r.done.send_replace(r.round);
-            if !std::mem::take(&mut r.again) {
-                reads.remove(&key);
-                break;
-            }
-            r.round += 1;
-            r.sent = false;
-        }
-        reader.key = None;
-    }
-
-    /// True when something about `name` was written with a ticket newer than `ticket`.
-    fn written_since(&self, project: &str, name: &str, ticket: u64) -> bool {
-        self.with(|p| {
-            p.get(project)
-                .and_then(|p| p.entries.get(name))
-                .is_some_and(|e| e.ticket > ticket)
-        })
-    }
-
-    /// True when the cache already holds `name` as the event says it is now: created (any
-    /// status), or started (running).
-    fn already_known(&self, project: &str, ev: &Lifecycle) -> bool {
-        self.with(|p| {
-            let Some(i) = p
-                .get(project)
-                .and_then(|p| p.entries.get(&ev.name))
-                .and_then(|e| e.instance.as_ref())
-            else {
-                return false;
-            };
-            ev.action == CREATED || i.status().is_healthy()
-        })
-    }
-
-    /// Takes in one lifecycle event (see the module's header for instances coming up).
-    pub async fn apply(self: &Arc<Self>, incus: &Arc<dyn Incus>, ev: &Lifecycle) {
-        if !self.follows(&ev.project) {
-            return;
-        }
-        if ev.action == CREATED || ev.action == STARTED {
-            if self.already_known(&ev.project, ev) {
-                return;
-            }
-            let ticket = self.ticket();
-            let (store, incus) = (Arc::clone(self), Arc::clone(incus));
-            let (project, name) = (ev.project.clone(), ev.name.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(SETTLE).await;
-                if !store.written_since(&project, &name, ticket) {
-                    store.read_for_event(incus.as_ref(), &project, &name).await;
-                }
-            });
-            return;
-        }
-        if let Some(old) = &ev.old_name {
-            let ticket = self.ticket();
-            self.put(&ev.project, old, ticket, None);
-        }
-        if ev.action == "instance-deleted" {
-            let ticket = self.ticket();
-            self.put(&ev.project, &ev.name, ticket, None);
-        } else {
-            self.read_for_event(incus.as_ref(), &ev.project, &ev.name)
-                .await;
-        }
-    }
 }
+
+mod reads;
+pub use reads::Read;
+use reads::Reading;
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod decide;
+pub mod dry_run;
 pub mod events;
 pub mod exposition;
 pub mod external;

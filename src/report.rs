@@ -44,9 +44,13 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
     };
     let msg = match plan.reason {
         Reason::BelowMin => format!("{p} desired, below min {}: scaling to {d}", spec.min),
-        Reason::AboveMax => format!("{p} desired, above max {}: scaling to {d}", spec.max),
+        Reason::AboveMax => format!("{p} desired, above max {}: scaling to {d}", plan.recommendation),
         Reason::ScheduleMin => format!("{p} desired, below the min of an open schedule window: scaling to {d}"),
-        Reason::ScheduleMax => format!("{p} desired, above the max of an open schedule window: scaling to {d}"),
+        Reason::ScheduleMax if d < p => format!("{p} desired, above the max of an open schedule window ({}): scaling down to {d}", plan.recommendation),
+        Reason::ScheduleMax => format!("{p} desired, above the max of an open schedule window ({}): keeping {d}", plan.recommendation),
+        Reason::WindowClosed if d < p => format!("{p} desired, above max {} since a schedule window closed: scaling down to {d}", plan.recommendation),
+        Reason::WindowClosed if plan.step_limited => format!("{p} desired, above max {} since a schedule window closed: keeping {d}", plan.recommendation),
+        Reason::WindowClosed => format!("{p} desired, above max {} since a schedule window closed: keeping {d} during the scale-down stabilization window", plan.recommendation),
         Reason::AboveThreshold if d > p => format!("memory {util} above target {target}%: scaling up from {p} to {d}"),
         Reason::AboveThreshold => format!("memory {util} above target {target}%: keeping {d} (max {})", spec.max),
         Reason::BelowThreshold if d < p => format!("memory {util} below target {target}%: scaling down from {p} to {d}"),
@@ -111,7 +115,7 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
     };
     // A scale-down, or one held back, names the window the `adaptive` policy has in force.
     if let Some(hold) = plan.hold.filter(|_| {
-        matches!(plan.reason, Reason::Stabilizing)
+        matches!(plan.reason, Reason::Stabilizing | Reason::WindowClosed)
             || (d < p && plan.reason == Reason::BelowThreshold)
     }) {
         msg = format!("{msg}; {}", hold.describe());

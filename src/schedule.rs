@@ -159,6 +159,16 @@ pub struct Bounds {
     pub next_change: Option<SystemTime>,
 }
 
+impl Bounds {
+    /// The bounds the open windows set, for a pass's observation; `None` when none is open.
+    pub fn window(&self) -> Option<crate::model::Window> {
+        (!self.open.is_empty()).then_some(crate::model::Window {
+            min: self.min,
+            max: self.max,
+        })
+    }
+}
+
 /// A group's schedule windows, compiled once from their specs.
 #[derive(Debug, Clone)]
 pub struct Windows {

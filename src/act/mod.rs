@@ -6,7 +6,9 @@
 //!
 //! - **Fresh reads decide**: every start, promotion and removal reads the instance right
 //!   before it acts, and refuses an instance that is no longer the group's own (and a removal,
-//!   one that a person protected meanwhile), whatever the cache said.
+//!   one that a person protected meanwhile), whatever the cache said. A removal reads it again
+//!   before each step that takes it further out of service (the stop after a drain, the delete
+//!   after a stop): minutes can pass in between.
 //! - **Fenced**: the lease is asked again right before every step that changes something
 //!   (each creation, start, promotion's key and start, and a removal's drain, stop, forced
 //!   stop and delete): a daemon whose lease ran out mid-removal stops there.

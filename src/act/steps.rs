@@ -12,7 +12,10 @@
 //! - remove: checks ownership and protection again on a fresh read, runs the group's
 //!   `drain_command` in it (within `drain_timeout`, cut short by a shutdown; a failed or
 //!   timed-out drain still removes it), stops gracefully within the group's `stop_timeout`,
-//!   then by force, then deletes, asking the lease before each of these steps.
+//!   then by force, then deletes, asking the lease before each of these steps, and checking
+//!   ownership and protection again on a fresh read before each step that takes it further
+//!   out of service: one protected meanwhile is left running, or started again when the
+//!   removal had stopped it.
 
 use std::time::Duration;
 
@@ -181,35 +184,153 @@ pub(super) async fn promote(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
 }
 
 /// Stops (gracefully, then by force) and deletes `name`, after checking on a fresh read that it
-/// is still the group's own and not protected. An instance that is gone already counts as
+/// is still the group's own and not protected, and again before each step that takes it
+/// further out of service (see [`removal`]). An instance that is gone already counts as
 /// removed.
 pub(super) async fn remove(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
-    let found = fresh(ctx, name).await?;
-    if found.is_none() {
-        return Ok(());
-    }
-    let inst = owned(ctx, "delete", name, found.as_ref())?;
-    if inst.config.get(PROTECTED_KEY).is_some_and(|v| v == "true") {
-        return Err(ActError::Refused {
-            action: "delete",
-            name: name.to_owned(),
-            why: format!("a person protected it ({PROTECTED_KEY}=true)"),
-        });
-    }
-    let status = inst.status();
-    let result = async {
-        if status.is_healthy() && !ctx.spec.drain_command.is_empty() {
-            ctx.fenced(|| format!("draining {name}"))?;
-            drain(ctx, name).await;
-        }
-        remove_instance(ctx, name, status).await
-    }
-    .await;
+    let result = removal(ctx, name).await;
     if matches!(result, Err(ActError::LeaseLost { .. })) {
         // Half-way: the next pass (of whoever holds the lease) reads it again.
         ctx.store.invalidate(&ctx.spec.project);
     }
     result
+}
+
+/// How far a removal went when it reads the instance again.
+#[derive(Debug, Clone, Copy, Default)]
+struct Stage {
+    /// It ran (or was ready) when the removal began.
+    ran: bool,
+    /// Its drain command ran.
+    drained: bool,
+    /// This removal asked Incus to stop it.
+    stop_asked: bool,
+}
+
+/// A removal's steps. A drain can take `drain_timeout` (up to 5 minutes) and a graceful stop
+/// `stop_timeout` (up to 2), so the instance is read again after each before the next step
+/// (the stop after a drain, the forced stop after a graceful one that did not end, the delete
+/// after a stop): one that a person protected meanwhile, or that is no longer the group's own,
+/// goes no further (see [`recheck`] for what it is left as).
+async fn removal(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
+    let (incus, spec) = (ctx.incus, ctx.spec);
+    let mut stage = Stage::default();
+    let Some(mut status) = recheck(ctx, name, stage).await? else {
+        return Ok(());
+    };
+    stage.ran = status.is_healthy();
+    if status.is_healthy() && !spec.drain_command.is_empty() {
+        ctx.fenced(|| format!("draining {name}"))?;
+        drain(ctx, name).await;
+        stage.drained = true;
+        let Some(now) = recheck(ctx, name, stage).await? else {
+            return Ok(());
+        };
+        status = now;
+    }
+    if status != InstanceStatus::Stopped {
+        // A frozen instance cannot stop gracefully (Incus thaws it and times out): force it.
+        if !spec.stop_timeout.is_zero() && status != InstanceStatus::Frozen {
+            ctx.fenced(|| format!("stopping {name}"))?;
+            stage.stop_asked = true;
+            if incus
+                .change_state(&spec.project, name, graceful(spec))
+                .await
+                .is_err()
+            {
+                let Some(now) = recheck(ctx, name, stage).await? else {
+                    return Ok(());
+                };
+                status = now;
+            } else {
+                status = InstanceStatus::Stopped;
+            }
+        }
+        if status != InstanceStatus::Stopped {
+            ctx.fenced(|| format!("force-stopping {name}"))?;
+            stage.stop_asked = true;
+            force_stop(ctx, name).await;
+        }
+    }
+    if stage.stop_asked && recheck(ctx, name, stage).await?.is_none() {
+        return Ok(());
+    }
+    delete(ctx, name).await
+}
+
+/// Reads `name` afresh before the removal's next step: its status when the removal may go on,
+/// `None` when it is gone (removed, as far as the group is concerned), and a refusal when it
+/// is no longer the group's own (left as it is: it is not the daemon's to touch) or a person
+/// protected it. A protected instance is left as it is, except one that ran before this
+/// removal stopped it, which is started again: whoever protected it meant to keep it serving.
+/// The refusal says what it was left as (the journal shows it).
+async fn recheck(
+    ctx: &Ctx<'_>,
+    name: &str,
+    stage: Stage,
+) -> Result<Option<InstanceStatus>, ActError> {
+    if stage.drained || stage.stop_asked {
+        // Half-way, the lease first: a holder whose lease ran out during the drain or the stop
+        // goes no further, and does not take an instance the next holder removed meanwhile
+        // for one it removed itself.
+        ctx.fenced(|| {
+            if stage.stop_asked {
+                format!("going on with stopping and deleting {name}")
+            } else {
+                format!("stopping {name}")
+            }
+        })?;
+    }
+    let found = fresh(ctx, name).await?;
+    if found.is_none() {
+        return Ok(None);
+    }
+    let begun = stage.drained || stage.stop_asked;
+    let when = match (stage.drained, stage.stop_asked) {
+        (_, true) => " while it was being stopped",
+        (true, false) => " while its drain command ran",
+        (false, false) => "",
+    };
+    let drained = if stage.drained {
+        " (its drain command ran)"
+    } else {
+        ""
+    };
+    let inst = match owned(ctx, "delete", name, found.as_ref()) {
+        Ok(inst) => inst,
+        Err(ActError::Refused { action, name, why }) if begun => {
+            let status = found
+                .as_ref()
+                .map_or(InstanceStatus::Stopped, Instance::status);
+            return Err(ActError::Refused {
+                action,
+                why: format!("{why}{when}: left {status}{drained}"),
+                name,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let status = inst.status();
+    if inst.config.get(PROTECTED_KEY).is_none_or(|v| v != "true") {
+        return Ok(Some(status));
+    }
+    let mut why = format!("a person protected it ({PROTECTED_KEY}=true)");
+    if begun {
+        let left = if stage.ran && stage.stop_asked && status == InstanceStatus::Stopped {
+            match start_read(ctx, name).await {
+                Ok(()) => "started again".to_owned(),
+                Err(e) => format!("left stopped (starting it again failed: {e})"),
+            }
+        } else {
+            format!("left {status}")
+        };
+        why = format!("{why}{when}: {left}{drained}");
+    }
+    Err(ActError::Refused {
+        action: "delete",
+        name: name.to_owned(),
+        why,
+    })
 }
 
 /// Runs the group's `drain_command` in `name` before its stop, within `drain_timeout`, cut
@@ -251,36 +372,56 @@ async fn drain(ctx: &Ctx<'_>, name: &str) {
 /// How long a forced stop is waited for (Incus kills the instance at once).
 pub const FORCE_STOP_WAIT: Duration = Duration::from_secs(20);
 
+/// A graceful stop within the group's `stop_timeout`.
+fn graceful(spec: &crate::model::GroupSpec) -> StateChange {
+    StateChange::Stop {
+        timeout: spec.stop_timeout,
+        force: false,
+    }
+}
+
+/// Stops `name` by force; a failure is only logged (it may have stopped meanwhile: the delete
+/// tells).
+async fn force_stop(ctx: &Ctx<'_>, name: &str) {
+    let force = StateChange::Stop {
+        timeout: FORCE_STOP_WAIT,
+        force: true,
+    };
+    if let Err(e) = ctx.incus.change_state(&ctx.spec.project, name, force).await {
+        tracing::debug!(instance = name, error = %e, "force stop failed");
+    }
+}
+
+/// Stops `name` (gracefully, then by force) and deletes it, with no read in between: what is
+/// left of a creation that failed.
 async fn remove_instance(
     ctx: &Ctx<'_>,
     name: &str,
     status: InstanceStatus,
 ) -> Result<(), ActError> {
-    let (incus, store, spec) = (ctx.incus, ctx.store, ctx.spec);
+    let spec = ctx.spec;
     if status != InstanceStatus::Stopped {
         // A frozen instance cannot stop gracefully (Incus thaws it and times out): force it.
-        let graceful = !spec.stop_timeout.is_zero() && status != InstanceStatus::Frozen;
         let mut stopped = false;
-        if graceful {
+        if !spec.stop_timeout.is_zero() && status != InstanceStatus::Frozen {
             ctx.fenced(|| format!("stopping {name}"))?;
-            let stop = StateChange::Stop {
-                timeout: spec.stop_timeout,
-                force: false,
-            };
-            stopped = incus.change_state(&spec.project, name, stop).await.is_ok();
+            stopped = ctx
+                .incus
+                .change_state(&spec.project, name, graceful(spec))
+                .await
+                .is_ok();
         }
         if !stopped {
             ctx.fenced(|| format!("force-stopping {name}"))?;
-            let force = StateChange::Stop {
-                timeout: FORCE_STOP_WAIT,
-                force: true,
-            };
-            if let Err(e) = incus.change_state(&spec.project, name, force).await {
-                // It may have stopped meanwhile; DELETE tells.
-                tracing::debug!(instance = name, error = %e, "force stop failed");
-            }
+            force_stop(ctx, name).await;
         }
     }
+    delete(ctx, name).await
+}
+
+/// Deletes `name` (one already gone is no failure) and writes what is there into the cache.
+async fn delete(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
+    let (incus, store, spec) = (ctx.incus, ctx.store, ctx.spec);
     ctx.fenced(|| format!("deleting {name}"))?;
     let result = match incus.delete(&spec.project, name).await {
         Err(e) if e.is_not_found() => Ok(()),

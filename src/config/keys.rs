@@ -194,8 +194,10 @@ pub fn keys() -> Vec<Key> {
             doc: "How long a group's leader lease lasts. Several daemons may be given the same \
                   group (on several hosts of a cluster); only the holder of the group's lease \
                   acts on it, the others stand by, and one takes over when a lease has not been \
-                  renewed for this long. Leases are kept in the Incus profile incus-hpa.leases \
-                  of the group's project.",
+                  renewed for its holder's length: daemons may be given different values, each \
+                  lease says its own. Leases are kept in the Incus profile incus-hpa.leases \
+                  of the group's project (the default project's for a project without \
+                  profiles of its own).",
             example: "lease = \"15s\"",
         },
         Key {
@@ -269,8 +271,10 @@ pub fn keys() -> Vec<Key> {
             default: None,
             range: Some(format!("1 to {MAX_INSTANCES}, at least min")),
             applies: OnReload,
-            doc: "Never more healthy instances. Restored at once, without stabilization or step \
-                  limits.",
+            doc: "Never more healthy instances, except while the count goes back to it after a \
+                  schedule window that allowed more (see SCHEDULES). Lowered in the file, it is \
+                  restored at once, without stabilization or step limits; those removals count \
+                  toward max_scale_down_step.",
             example: "max = 5",
         },
         Key {
@@ -500,8 +504,11 @@ pub fn keys() -> Vec<Key> {
             range: Some("1 or more".into()),
             applies: OnReload,
             doc: "At most this many instances are removed per interval: a gradual scale-down, \
-                  however long the group was paused or could not act. Not applied when \
-                  restoring max.",
+                  however long the group was paused or could not act, down to a schedule \
+                  window's max and after a window closes too. Every removal counts, whatever \
+                  its reason, but the warm pool's. Restoring a max lowered in the file, and \
+                  removing crash-looping or unhealthy instances, are not held back by it, but \
+                  use it: no scale-down follows them within the interval.",
             example: "max_scale_down_step = 1",
         },
         Key {
@@ -536,7 +543,9 @@ pub fn keys() -> Vec<Key> {
             range: Some("a program first".into()),
             applies: OnReload,
             doc: "A command run inside an instance (incus exec, no shell unless you name one) \
-                  before its graceful stop, to let its work finish.",
+                  before its graceful stop, to let its work finish. An instance protected \
+                  (user.incus-hpa.protected=true) while it drains or stops is not removed: it \
+                  is left running, or started again if the removal had stopped it.",
             example: "drain_command = [\"/bin/sh\", \"-c\", \"nginx -s quit\"]",
         },
         Key {
@@ -653,7 +662,10 @@ pub fn keys() -> Vec<Key> {
                   the daemon's user, with a small environment and standard input closed, at \
                   most once per interval. It prints one number on standard output. The program \
                   must be owned by root and writable by no one else, like every directory on \
-                  its path. A program that fails, runs out of time or prints anything but a \
+                  its path, and so must a script's #! interpreter; this is checked again before \
+                  every run, on the file that then runs (a file put in its place is never run). \
+                  A binary mode 0711 is accepted; a script must be readable, and reads itself as \
+                  /dev/fd/N. A program that fails, runs out of time or prints anything but a \
                   number gives no reading, said once in the journal with what it wrote on \
                   standard error. The packaged unit allows no network: a program that needs it \
                   needs a drop-in (see /usr/share/doc/incus-hpa/docs/signals.md).",
@@ -678,7 +690,8 @@ pub fn keys() -> Vec<Key> {
             range: up_to(Duration::from_millis(100), EXTERNAL_TIMEOUT_MAX),
             applies: OnReload,
             doc: "How long the program may run; then it is killed, with its children, and the \
-                  signal has no reading.",
+                  signal has no reading. When it exits, or is killed, whatever it started is \
+                  killed too, even processes that left its session.",
             example: "timeout = \"5s\"",
         },
         Key {
@@ -720,7 +733,8 @@ pub fn keys() -> Vec<Key> {
             default: d("the group's max"),
             range: Some("1 or more".into()),
             applies: OnReload,
-            doc: "The group's max while the window is open.",
+            doc: "The group's max while the window is open. A count above it goes down within \
+                  max_scale_down_step, without the stabilization window.",
             example: "max = 12",
         },
         Key {

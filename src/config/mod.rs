@@ -9,6 +9,7 @@ mod diag;
 mod fields;
 mod group;
 pub mod keys;
+mod program;
 mod remote;
 mod safe_open;
 mod security;
@@ -23,6 +24,7 @@ use toml::de::{DeTable, DeValue};
 use diag::Collector;
 pub use diag::{Diagnostic, Severity};
 use fields::Fields;
+pub use program::{open_program, Program, Script};
 pub use security::{check_permissions, open_checked};
 
 use crate::model::{DaemonSpec, DesiredState, GroupName, HostReserve, MemorySourceKind};

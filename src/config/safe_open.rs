@@ -6,8 +6,9 @@
 //! daemon's user and writable by nobody else (sticky directories like `/tmp` excepted); a
 //! symlink is followed only when its owner is trusted too (its directory was checked on the
 //! way), at most [`MAX_SYMLINKS`] of them; `..` goes back along the directories walked. The
-//! file itself is opened read-only from its directory and checked on that open descriptor,
-//! so what is checked is what is read.
+//! file itself is opened read-only from its directory ([`open`]), or only as a place
+//! (`O_PATH`, [`open_path`]: a program to execute, which needs no read access), and checked on
+//! that open descriptor, so what is checked is what is read, or executed.
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -29,33 +30,67 @@ pub struct Opened {
     pub shown: PathBuf,
 }
 
+/// A regular file found after every check passed, opened only as a place (`O_PATH`): it can
+/// be executed (`execveat` with `AT_EMPTY_PATH`) and stat-ed, not read.
+pub struct Found {
+    pub fd: OwnedFd,
+    /// Its status, from the descriptor.
+    pub stat: Stat,
+    /// Where the file was found (after following symlinks), for messages.
+    pub shown: PathBuf,
+}
+
+/// How the last component is opened.
+#[derive(Clone, Copy, PartialEq)]
+enum How {
+    /// For reading.
+    Read,
+    /// As a place only (`O_PATH`): what the walk opened it with.
+    Path,
+}
+
 /// Opens `path` for reading: resolved from `/`, or from the current directory for a relative
 /// path, refusing anything `allowed_uid` and root do not control. The error names the path
 /// component that is wrong and what to do about it.
 pub fn open(path: &Path, allowed_uid: u32) -> Result<Opened, String> {
-    let base = if path.as_os_str().as_bytes().starts_with(b"/") {
-        None
-    } else {
-        // The name is only for messages: the walk goes through the descriptor.
-        let shown = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        let fd = open_dir(CWD, ".".as_ref(), &shown)?;
-        Some(Dir { fd, shown })
-    };
-    walk(base, path, allowed_uid)
+    let (fd, _, shown) = walk(base(path)?, path, allowed_uid, How::Read)?;
+    Ok(Opened {
+        file: File::from(fd),
+        shown,
+    })
+}
+
+/// [`open`], opening the file only as a place (`O_PATH`): one that may be executed but not
+/// read (mode 0711) is found too.
+pub fn open_path(path: &Path, allowed_uid: u32) -> Result<Found, String> {
+    let (fd, stat, shown) = walk(base(path)?, path, allowed_uid, How::Path)?;
+    Ok(Found { fd, stat, shown })
+}
+
+/// Where a walk of `path` starts: `/` (`None`), or the current directory.
+fn base(path: &Path) -> Result<Option<Dir>, String> {
+    if path.as_os_str().as_bytes().starts_with(b"/") {
+        return Ok(None);
+    }
+    // The name is only for messages: the walk goes through the descriptor.
+    let shown = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let fd = open_dir(CWD, ".".as_ref(), &shown)?;
+    Ok(Some(Dir { fd, shown }))
 }
 
 /// [`open`] with `dir` in place of the current directory for a relative `path`.
 #[cfg(test)]
 pub fn open_relative_to(dir: &Path, path: &Path, allowed_uid: u32) -> Result<Opened, String> {
     let fd = open_dir(CWD, dir.as_os_str(), dir)?;
-    walk(
-        Some(Dir {
-            fd,
-            shown: dir.to_path_buf(),
-        }),
-        path,
-        allowed_uid,
-    )
+    let base = Dir {
+        fd,
+        shown: dir.to_path_buf(),
+    };
+    let (fd, _, shown) = walk(Some(base), path, allowed_uid, How::Read)?;
+    Ok(Opened {
+        file: File::from(fd),
+        shown,
+    })
 }
 
 /// A directory on the way, opened with `O_PATH` and already checked.
@@ -95,8 +130,13 @@ fn steps(path: &OsStr) -> Vec<Step> {
 }
 
 /// Resolves `path` from `base` (a relative path) or from `/`, checking each directory walked,
-/// each symlink followed and the file opened.
-fn walk(base: Option<Dir>, path: &Path, allowed_uid: u32) -> Result<Opened, String> {
+/// each symlink followed and the file opened (as `how` says).
+fn walk(
+    base: Option<Dir>,
+    path: &Path,
+    allowed_uid: u32,
+    how: How,
+) -> Result<(OwnedFd, Stat, PathBuf), String> {
     if path.as_os_str().is_empty() {
         return Err("an empty path names no file".into());
     }
@@ -182,6 +222,11 @@ fn walk(base: Option<Dir>, path: &Path, allowed_uid: u32) -> Result<Opened, Stri
                             kind_name(kind)
                         ));
                     }
+                    FileType::RegularFile if how == How::Path => {
+                        check_owner(&shown, st.st_uid, allowed_uid)?;
+                        check_mode(&shown, Mode::from_raw_mode(st.st_mode), false)?;
+                        return Ok((fd, st, shown));
+                    }
                     FileType::RegularFile => return open_file(dir, &name, shown, allowed_uid),
                     kind => return Err(not_regular(&shown, kind)),
                 }
@@ -195,7 +240,12 @@ fn walk(base: Option<Dir>, path: &Path, allowed_uid: u32) -> Result<Opened, Stri
 
 /// Opens the final component for reading and checks what was opened. `O_NONBLOCK` keeps a
 /// fifo swapped in at the last moment from blocking the open; it is refused right after.
-fn open_file(dir: &Dir, name: &OsStr, shown: PathBuf, allowed_uid: u32) -> Result<Opened, String> {
+fn open_file(
+    dir: &Dir,
+    name: &OsStr,
+    shown: PathBuf,
+    allowed_uid: u32,
+) -> Result<(OwnedFd, Stat, PathBuf), String> {
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
     let fd = openat(&dir.fd, name, flags, Mode::empty()).map_err(|e| match e {
         Errno::LOOP => format!(
@@ -211,10 +261,7 @@ fn open_file(dir: &Dir, name: &OsStr, shown: PathBuf, allowed_uid: u32) -> Resul
     }
     check_owner(&shown, st.st_uid, allowed_uid)?;
     check_mode(&shown, Mode::from_raw_mode(st.st_mode), false)?;
-    Ok(Opened {
-        file: File::from(fd),
-        shown,
-    })
+    Ok((fd, st, shown))
 }
 
 fn open_dir(dir: impl std::os::fd::AsFd, name: &OsStr, shown: &Path) -> Result<OwnedFd, String> {

@@ -93,8 +93,17 @@ pub fn read(
         .filter_map(|w| window(c, w))
         .collect();
     let limit = cpu_limit(config);
-    if let (Some(_), Err(e)) = (cpu_threshold, &limit) {
-        c.error(Some(t.span()), &t.key("config"), e.clone());
+    if let (Some(_), Err((key, e))) = (cpu_threshold, &limit) {
+        // At the value in [groups.NAME.config], named as that table names its keys.
+        let at = t.table(c, "config").and_then(|mut config| {
+            config
+                .entries()
+                .into_iter()
+                .find(|(k, _)| k.get_ref().as_ref() == *key)
+                .map(|(_, v)| (v.span(), config.key(&format!("{key:?}"))))
+        });
+        let (span, path) = at.unwrap_or_else(|| (t.span(), t.key("config")));
+        c.error(Some(span), &path, e.clone());
     }
     let cpu_limit = limit.unwrap_or(None);
     if cpu_threshold.is_some() && cpu_limit.is_none() && !config_refused(config) {
@@ -184,26 +193,12 @@ fn external(c: &mut Collector, mut t: Fields, check_files: bool) -> Option<Exter
 }
 
 /// Checks the program of an external signal (`command[0]`) for the config parser: an absolute
-/// path to a regular file that root owns, that nobody else can write and that someone may
-/// execute, through directories that root owns and nobody else can write (sticky directories
-/// excepted), symlinks followed only when root owns them. It is the desired-state file's rule
-/// ([`check_permissions`]), trusting root only, not the daemon's user: the daemon runs the
-/// program with its own rights (it is in `incus-admin`), so whoever can change the program is
-/// root on the host. Once this passes, only root can change what the path names, so the check
-/// holds until root changes something. The error names what is wrong and the fix.
+/// path, and what [`super::open_program`] checks again before every run (a root file that
+/// nobody else can write and someone may execute, in root's directories, and a script's
+/// interpreter likewise). The error names what is wrong and the fix.
 pub fn check_program(path: &str) -> Result<(), String> {
     absolute(path)?;
-    super::check_permissions(std::path::Path::new(path), 0)?;
-    // Passed: a regular file, so its metadata can be read (following root's symlinks).
-    let mode = std::fs::metadata(path)
-        .map_err(|e| format!("cannot stat {path}: {e}"))
-        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))?;
-    if mode & 0o111 == 0 {
-        return Err(format!(
-            "{path} is not executable: refusing it (chmod 755 {path})"
-        ));
-    }
-    Ok(())
+    super::open_program(path).map(drop)
 }
 
 /// The part of [`check_program`] that reads no file: an absolute path.
@@ -266,31 +261,34 @@ fn window(c: &mut Collector, mut t: Fields) -> Option<ScheduleSpec> {
 
 /// Each instance's CPU limit in CPUs, from `limits.cpu` (a count, or a set such as "0-1,4") and
 /// `limits.cpu.allowance` as a quota ("25ms/100ms"); the smaller when both are set. `Ok(None)`
-/// when neither is; an error for an allowance given as a percentage (a soft share under
-/// contention, not a limit) when it is the only one.
-pub fn cpu_limit(config: &BTreeMap<String, String>) -> Result<Option<f64>, String> {
+/// when neither is; an error, with the key it is about, for a value that is neither, and for an
+/// allowance given as a percentage (a soft share under contention, not a limit) when it is the
+/// only one.
+pub fn cpu_limit(config: &BTreeMap<String, String>) -> Result<Option<f64>, (&'static str, String)> {
     let cpus = match config.get("limits.cpu") {
         None => None,
-        Some(v) => Some(cpu_count(v).ok_or_else(|| {
-            format!(
-                "\"limits.cpu\" = {v:?} is not a number of CPUs or a set of them such as \"0-1\""
-            )
-        })?),
+        Some(v) => Some(cpu_count(v).map_err(|e| ("limits.cpu", e))?),
     };
     let quota = match config.get("limits.cpu.allowance") {
         None => None,
         Some(v) if v.ends_with('%') => {
             if cpus.is_none() {
-                return Err(format!(
-                    "\"limits.cpu.allowance\" = {v:?} is a share under contention, not a limit \
-                     the CPU signal can be a percentage of: give a quota such as \"50ms/100ms\", \
-                     or also set \"limits.cpu\""
+                return Err((
+                    "limits.cpu.allowance",
+                    format!(
+                        "\"limits.cpu.allowance\" = {v:?} is a share under contention, not a \
+                         limit the CPU signal can be a percentage of: give a quota such as \
+                         \"50ms/100ms\", or also set \"limits.cpu\""
+                    ),
                 ));
             }
             None
         }
         Some(v) => Some(quota(v).ok_or_else(|| {
-            format!("\"limits.cpu.allowance\" = {v:?} is not a quota such as \"50ms/100ms\"")
+            (
+                "limits.cpu.allowance",
+                format!("\"limits.cpu.allowance\" = {v:?} is not a quota such as \"50ms/100ms\""),
+            )
         })?),
     };
     Ok(match (cpus, quota) {
@@ -304,25 +302,46 @@ fn config_refused(config: &BTreeMap<String, String>) -> bool {
     cpu_limit(config).is_err()
 }
 
-/// "2" → 2 CPUs; "0-1,4" → 3 CPUs.
-fn cpu_count(v: &str) -> Option<f64> {
+/// "2" → 2 CPUs; "0-1,4" → 3 CPUs; "0-3,2" → 4 CPUs (a set: a CPU named twice counts once).
+/// Counted in u64, where every set fits, and checked on the way back: a set of more CPUs than
+/// a `u32` holds is an error, never a panic or a wrapped count.
+fn cpu_count(v: &str) -> Result<f64, String> {
+    let bad = || {
+        format!("\"limits.cpu\" = {v:?} is not a number of CPUs or a set of them such as \"0-1\"")
+    };
     if let Ok(n) = v.trim().parse::<u32>() {
-        return (n > 0).then_some(f64::from(n));
+        return if n > 0 { Ok(f64::from(n)) } else { Err(bad()) };
     }
-    let mut n = 0u32;
+    // Each part as an inclusive range of CPU numbers.
+    let mut ranges = Vec::new();
     for part in v.split(',') {
-        match part.trim().split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                n += b.checked_sub(a)? + 1;
-            }
-            None => {
-                part.trim().parse::<u32>().ok()?;
-                n += 1;
-            }
+        let number = |s: &str| s.trim().parse::<u32>().map_err(|_| bad());
+        let range = match part.split_once('-') {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => (number(part)?, number(part)?),
+        };
+        if range.0 > range.1 {
+            return Err(bad());
+        }
+        ranges.push(range);
+    }
+    // The CPUs of the union, overlaps counted once: in u64, where 2^32 CPU numbers fit.
+    ranges.sort_unstable();
+    let (mut n, mut next) = (0u64, 0u64); // CPUs counted; the lowest number not counted.
+    for (a, b) in ranges {
+        let (from, after) = (u64::from(a).max(next), u64::from(b) + 1);
+        if after > from {
+            n += after - from;
+            next = after;
         }
     }
-    (n > 0).then_some(f64::from(n))
+    match u32::try_from(n) {
+        Ok(n) => Ok(f64::from(n)),
+        Err(_) => Err(format!(
+            "\"limits.cpu\" = {v:?} names more than {} CPUs",
+            u32::MAX
+        )),
+    }
 }
 
 /// "50ms/100ms" → 0.5 CPU.

@@ -453,3 +453,55 @@ fn host_reserve_is_a_size_or_a_percentage_of_the_host() {
         );
     }
 }
+
+/// A group on CPU whose `limits.cpu` is `cpu`.
+fn cpu_group(cpu: &str) -> String {
+    format!(
+        "[groups.web]\nmax = 3\ncpu_threshold = 50\nimage = \"busybox\"\n\n\
+         [groups.web.config]\n\"limits.memory\" = \"256MiB\"\n\"limits.cpu\" = \"{cpu}\"\n"
+    )
+}
+
+#[test]
+fn an_absurd_cpu_set_is_a_located_error_not_an_overflow() {
+    // More CPUs than a count holds: an error at the value, not a panic or a wrapped count.
+    for (v, message) in [
+        ("0-4294967295", "more than 4294967295 CPUs"),
+        ("0-4294967294,4294967295", "more than 4294967295 CPUs"),
+        ("3-1", "is not a number of CPUs or a set of them"),
+        ("0-", "is not a number of CPUs or a set of them"),
+    ] {
+        let e = errors(&cpu_group(v));
+        assert_eq!(e.len(), 1, "{v}: {e:?}");
+        assert!(
+            e[0].starts_with("8:16 groups.web.config.\"limits.cpu\": ") && e[0].contains(message),
+            "{v}: {e:?}"
+        );
+    }
+    // An allowance is located at its own key.
+    let e = errors(&cpu_group("1").replace(
+        "\"limits.cpu\" = \"1\"",
+        "\"limits.cpu.allowance\" = \"50%\"",
+    ));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("8:26 groups.web.config.\"limits.cpu.allowance\": "),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_cpu_set_counts_each_cpu_once() {
+    let cpus = |v: &str| {
+        ok(&cpu_group(v)).state.groups[&GroupName::parse("web").unwrap()]
+            .cpu_limit
+            .unwrap()
+    };
+    assert_eq!(cpus("2"), 2.0);
+    assert_eq!(cpus("0-1,4"), 3.0);
+    assert_eq!(cpus("0-4294967294"), 4294967295.0);
+    // A set: a CPU named twice is one CPU.
+    assert_eq!(cpus("0-3,2"), 4.0);
+    assert_eq!(cpus("1,1"), 1.0);
+    assert_eq!(cpus("4-7,0-5"), 8.0);
+}

@@ -108,34 +108,94 @@ fn respond(
     r
 }
 
-/// Binds `path`, mode 0660. A socket left by a daemon that is gone is replaced; one that
-/// another daemon still answers on is not taken from it.
+/// Binds `path`, mode 0660 from the moment anyone can reach it. A socket nobody listens on
+/// (connecting is refused: its daemon is gone) is replaced; one that another daemon answers on
+/// is not taken from it, nor one this user may not connect to (a daemon run by root or by
+/// another user may be listening there), nor anything that is not a socket.
+///
+/// The socket is bound in a directory of its own beside `path` that only this user may enter,
+/// given its mode there, and moved into place: whatever the umask of a daemon run by hand, the
+/// socket is never at `path` with another mode, and the umask (the whole process's) is left
+/// alone.
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::AddrInUse,
-            "another incus-hpa answers on it",
-        ));
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    vacant(path)?;
+    let private = Private::create(dir)?;
+    let inside = private.0.join("s");
+    let listener = UnixListener::bind(&inside)?;
+    std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o660))?;
+    std::fs::rename(&inside, path)?;
+    Ok(listener)
+}
+
+/// `Ok` when `path` may be taken: nothing is there, or a socket nobody listens on.
+fn vacant(path: &Path) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => {
+            return Err(Error::new(
+                ErrorKind::AddrInUse,
+                "another incus-hpa answers on it",
+            ))
+        }
+        // Nobody listens (or it is not a socket, told below), or nothing is there.
+        Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::NotFound) => {}
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                "this user may not connect to it, so it may be the socket of a daemon run by \
+                 root or another user, listening: stop that daemon first, or remove the socket \
+                 as its owner if none runs, or name another path with [daemon] control_socket",
+            ))
+        }
+        Err(e) => {
+            return Err(Error::new(
+                e.kind(),
+                format!("cannot tell whether another incus-hpa answers on it ({e})"),
+            ))
+        }
     }
     // Only a socket is replaced: a file by that name that is anything else is not ours.
     match std::fs::symlink_metadata(path) {
-        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
-            std::fs::remove_file(path)?;
-        }
-        Ok(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "something that is not a socket is there",
-            ))
-        }
-        Err(_) => {}
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => Ok(()),
+        Ok(_) => Err(Error::new(
+            ErrorKind::AlreadyExists,
+            "something that is not a socket is there",
+        )),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
-    let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
-    Ok(listener)
+}
+
+/// A directory of this user's only (mode 0700), beside the socket's path, removed with what is
+/// left in it when dropped. Its name is short: a socket's path is at most 107 bytes.
+struct Private(PathBuf);
+
+impl Private {
+    fn create(dir: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        loop {
+            let name: String = (0..6).map(|_| fastrand::alphanumeric()).collect();
+            let path = dir.join(format!(".{name}"));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(Self(path)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        // The socket is there only when something failed before it was moved into place.
+        let _ = std::fs::remove_file(self.0.join("s"));
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 /// Serves the control socket until the process ends.

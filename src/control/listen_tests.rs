@@ -1,7 +1,10 @@
 //! How long a connection to a listener lives, on tokio's paused clock (real sockets on
 //! 127.0.0.1, no real waiting): a keep-alive connection idle after an answer is closed after
 //! the header timeout, and a busy one after its lifetime. The connection limit is tested from
-//! outside, in tests/integration/listeners.rs.
+//! outside, in tests/integration/listeners.rs. Then the control socket's binding: its mode is
+//! set before anyone can reach it, and only a socket nobody listens on is taken over (the
+//! case of another user's socket drops root in one thread of its own, so it needs root, as CI
+//! and this project's machines run the tests).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
-use super::{serve_metrics, Telemetry, CONNECTION_LIFETIME, HEADER_READ_TIMEOUT};
+use super::{bind, serve_metrics, Telemetry, CONNECTION_LIFETIME, HEADER_READ_TIMEOUT};
 
 /// A metrics listener on 127.0.0.1, serving in the background; its address.
 async fn listener() -> std::net::SocketAddr {
@@ -113,4 +116,101 @@ async fn a_busy_keep_alive_connection_is_closed_after_its_lifetime() {
         answered,
         CONNECTION_LIFETIME.as_secs().div_ceil(gap.as_secs()) as u32
     );
+}
+
+// ---- the control socket's binding ----------------------------------------------------------
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path).unwrap().permissions())
+        & 0o7777
+}
+
+#[tokio::test]
+async fn the_socket_appears_at_its_path_with_its_mode_already_set() {
+    use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("control.sock");
+    // Whatever happens to names in its directory, in order.
+    let watch = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).unwrap();
+    let changes = WatchFlags::CREATE | WatchFlags::ATTRIB | WatchFlags::MOVED_TO;
+    inotify::add_watch(&watch, dir.path(), changes).unwrap();
+    let _listener = bind(&path).unwrap();
+    assert_eq!(mode(&path), 0o660);
+    let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+    let mut events = inotify::Reader::new(&watch, &mut buf);
+    let mut seen = Vec::new();
+    loop {
+        match events.next() {
+            Ok(e) if e.file_name() == Some(c"control.sock") => seen.push(e.events()),
+            Ok(_) => {}
+            Err(rustix::io::Errno::AGAIN) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // Moved in whole: never created there first (with the umask's mode) and changed after.
+    assert_eq!(seen, [ReadFlags::MOVED_TO]);
+    // Nothing else is left beside it.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["control.sock"]);
+}
+
+#[tokio::test]
+async fn a_socket_nobody_listens_on_is_replaced_and_anything_else_is_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("control.sock");
+    // Left by a daemon that is gone: connecting is refused.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let _listener = bind(&path).unwrap();
+    assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
+    let e = bind(&path).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    let file = dir.path().join("file");
+    std::fs::write(&file, "keep").unwrap();
+    assert!(bind(&file).is_err());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+}
+
+#[test]
+fn a_socket_it_may_not_connect_to_is_left_to_its_owner() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test needs root (it plays another user in a thread of its own)"
+    );
+    // A directory anyone may write in, and root's live socket there that only root may use.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let path = dir.path().join("control.sock");
+    let live = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // A daemon run by another user (uid 65534) starts on the same path.
+    let theirs = path.clone();
+    let result = std::thread::spawn(move || {
+        // Credentials are a thread's own on Linux: this thread only is no longer root.
+        let nobody = rustix::process::Gid::from_raw(65534);
+        rustix::thread::set_thread_res_gid(nobody, nobody, nobody).unwrap();
+        let nobody = rustix::process::Uid::from_raw(65534);
+        rustix::thread::set_thread_res_uid(nobody, nobody, nobody).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async { bind(&theirs).map(drop) })
+    })
+    .join()
+    .unwrap();
+    let e = result.expect_err("took root's socket");
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    let said = e.to_string();
+    assert!(said.contains("may not connect to it"), "{said}");
+    assert!(said.contains("run by root or another user"), "{said}");
+    // Still root's, and still answered.
+    assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
+    assert!(live.accept().is_ok());
 }

@@ -1,9 +1,12 @@
 //! What `decide` remembers about a group between passes: past recommendations (stabilization
 //! windows), past changes of the desired count (step limits per interval), the desired count
-//! itself, and what it tracks per instance (crashes, failed starts, unhealthy since when).
+//! itself, the bounds a schedule window allowed (so that its end is gradual), and what it
+//! tracks per instance (crashes, failed starts, unhealthy since when).
 //!
 //! Losing it is safe: a new history takes the current capacity as the desired count and holds
 //! scale-down for a full window, so a restarted daemon never shrinks a group on its first pass.
+//! Only a count above `max` is then restored at once, even one a schedule window allowed: a
+//! new history cannot tell a window that closed from a `max` lowered in the file.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -25,12 +28,26 @@ pub struct History {
     acted: VecDeque<(Instant, u32, u32)>,
     /// The desired count decided last; `None` before the first pass.
     desired: Option<u32>,
+    /// The `max` bounds of the last pass; `None` before the first pass.
+    bounds: Option<Bounds>,
     /// Per instance, by name.
     instances: BTreeMap<String, Tracked>,
     /// What the `adaptive` policy has learned (base use, demand trend).
     pub(super) estimates: super::adaptive::Estimates,
     /// Each instance's last CPU counter, for the CPU signal's rates.
     pub(super) cpu: super::signals::CpuCounters,
+}
+
+/// What a pass leaves for the next one to tell a schedule window that closed above `max`
+/// from a `max` lowered in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bounds {
+    /// The group's own `max`, from the file.
+    file_max: u32,
+    /// The highest count the group may wind down from gradually: the `max` in force (a
+    /// window's, or the file's), or, after a window that allowed more closed, the count the
+    /// group has wound down to since.
+    ceiling: u32,
 }
 
 impl History {
@@ -43,8 +60,9 @@ impl History {
     /// daemon's lease of the group is not confirmed or not known yet, or its store is
     /// refused): what it decided is forgotten (the desired count, its changes, and the
     /// additions and removals that step limits bound), what it saw is kept (the
-    /// recommendations, the estimates, the instances). So the next pass that acts does not take
-    /// instances that were never created for lost ones, nor count them against a step.
+    /// recommendations, the estimates, the instances, the bounds schedule windows allowed). So
+    /// the next pass that acts does not take instances that were never created for lost ones,
+    /// nor count them against a step, and still winds down gradually what a window allowed.
     pub fn not_acted(&mut self, before: &History) {
         self.desired = before.desired;
         self.changes = before.changes.clone();
@@ -91,6 +109,28 @@ impl History {
     /// What is tracked about `name` (a default for an instance seen for the first time).
     pub(super) fn tracked(&self, name: &str) -> Tracked {
         self.instances.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The highest count above the `max` in force that goes down gradually (through the
+    /// scale-down stabilization window and the step limits) rather than at once: what schedule
+    /// windows allowed and the group has not wound down from yet, while the file's `max`
+    /// (`file_max`) has not been lowered since the last pass; else `file_max`, restored at once.
+    pub(super) fn allowed(&self, file_max: u32) -> u32 {
+        match self.bounds {
+            Some(b) if b.file_max <= file_max => b.ceiling.max(file_max),
+            _ => file_max,
+        }
+    }
+
+    /// Remembers the bounds of one pass: the file's `max`, the `max` in force, what
+    /// [`History::allowed`] said, and `count`, the higher of the desired counts the pass
+    /// started from and went to (the higher, so that a pass nobody acted on, a standby's,
+    /// never lowers the ceiling below the instances there are).
+    pub(super) fn bounded(&mut self, file_max: u32, in_force: u32, allowed: u32, count: u32) {
+        self.bounds = Some(Bounds {
+            file_max,
+            ceiling: in_force.max(allowed.min(count)),
+        });
     }
 
     /// True before the first recommendation.

@@ -11,18 +11,20 @@ use crate::model::{GroupSpec, Policy, Reason};
 /// The period of Kubernetes' default scale-up rate.
 pub const K8S_RATE_PERIOD: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// Caps a change of the desired count to the group's step limits, counting the scale-up
-/// additions and scale-down removals already planned during the last `interval` (so extra
-/// passes do not add up); says whether it did. The step is taken from the nearer of the
+/// Caps a change of the desired count to the group's step limits, counting the additions and
+/// removals already planned during the last `interval` (so extra passes do not add up), and
+/// the `leaving` instances this pass removes whatever the count (crash-looping ones, unhealthy
+/// ones past their grace period); says whether it did. The step is taken from the nearer of the
 /// desired count so far (`base`) and the `capacity` there is, so that the actions a pass plans
 /// (the capacity brought to the desired count) stay within a step per interval even when the
-/// desired count moved while nothing could be done. Without a `max_scale_up_step`, the `kubernetes` policy caps scale-up as
-/// Kubernetes does by default: within 15 s, to the larger of +4 and +100 % of the count at the
-/// period's start.
+/// desired count moved while nothing could be done. Without a `max_scale_up_step`, the
+/// `kubernetes` policy caps scale-up as Kubernetes does by default: within 15 s, to the larger
+/// of +4 and +100 % of the count at the period's start.
 pub(super) fn limit_step(
     spec: &GroupSpec,
     base: u32,
     capacity: u32,
+    leaving: u32,
     desired: u32,
     history: &History,
     now: Instant,
@@ -30,8 +32,10 @@ pub(super) fn limit_step(
     let (added, removed) = history.acted_within(now, spec.interval);
     let (base_i, desired_i) = (i64::from(base), i64::from(desired));
     // Up from the lower of the two, down from the higher: never further than a step from
-    // what runs, nor than a step from what was decided.
-    let (low, high) = (base.min(capacity), base.max(capacity));
+    // what runs (with what leaves in this pass: its removals count), nor than a step from
+    // what was decided.
+    let low = base.min(capacity);
+    let high = base.max(capacity.saturating_add(leaving));
     let (low, high) = (i64::from(low), i64::from(high));
     let limited = if desired > base {
         match (spec.max_scale_up_step, spec.policy) {
@@ -53,10 +57,12 @@ pub(super) fn limit_step(
 }
 
 /// Applies the stabilization windows: scale-up to the lowest, scale-down to the highest
-/// recommendation seen within its window (the new one included).
+/// recommendation seen within its window (the new one included), within `min` and `max`
+/// (`spec.max`, or the count itself while it winds down to `spec.max` after a schedule window).
 pub(super) fn stabilize(
     spec: &GroupSpec,
     base: u32,
+    max: u32,
     recommendation: u32,
     reason: Reason,
     history: &History,
@@ -87,7 +93,7 @@ pub(super) fn stabilize(
     } else {
         base
     };
-    let desired = desired.clamp(spec.min, spec.max);
+    let desired = desired.clamp(spec.min, max.max(spec.min));
     let reason = if desired == base && recommendation < base {
         Reason::Stabilizing
     } else if desired == base && recommendation > base {

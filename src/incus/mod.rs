@@ -229,6 +229,10 @@ pub struct LeaseHome {
     pub devices: serde_json::Map<String, serde_json::Value>,
     /// What uses it (`/1.0/instances/NAME…`): a store is used by nothing.
     pub used_by: Vec<String>,
+    /// The project the profile lives in, as Incus says (`project`): the default project for a
+    /// project made with `features.profiles=false`, which uses the default project's profiles
+    /// (its store is shared, see `crate::lease::key`). Empty when not said. Never written.
+    pub project: String,
     /// The `ETag` of the answer: a write with `If-Match` on it fails if another came first.
     pub etag: String,
 }

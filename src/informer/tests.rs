@@ -48,6 +48,7 @@ fn an_older_read_never_overwrites_a_newer_one_nor_brings_back_the_gone() {
     let t0 = Instant::now();
     s.listed("default", s.ticket(), vec![], t0);
     let slow = s.ticket();
+    let slower = s.ticket();
     let fast = s.ticket();
     s.put(
         "default",
@@ -67,7 +68,7 @@ fn an_older_read_never_overwrites_a_newer_one_nor_brings_back_the_gone() {
     s.put(
         "default",
         "web-a",
-        fast,
+        slower,
         Some(inst("web-a", "Running", Some("web"))),
     );
     assert_eq!(names(&s), vec![]);
@@ -169,4 +170,28 @@ fn projects_no_group_observes_are_dropped_with_their_instances() {
     s.put("default", "web-b", s.ticket(), late);
     assert_eq!(s.snapshot().into_keys().collect::<Vec<_>>(), ["staging"]);
     assert!(s.instances("default", t0, Duration::MAX).is_none());
+}
+
+#[test]
+fn a_tombstone_is_dropped_once_no_read_sent_before_it_can_come_back() {
+    let s = Store::default();
+    let t0 = Instant::now();
+    s.listed("default", s.ticket(), vec![], t0);
+    // Every event about an instance of no group is read and leaves it out of the cache (as a
+    // deletion does): nothing is kept of them once no older read is in flight.
+    for i in 0..100 {
+        let name = format!("db-{i}");
+        let found = Some(inst(&name, "Running", None));
+        s.put("default", &name, s.ticket(), found);
+    }
+    s.put("default", "web-gone", s.ticket(), None);
+    assert_eq!(s.entries("default"), 0, "tombstones kept");
+    // A read sent before a removal still counts against it while it is in flight.
+    let slow = s.ticket();
+    s.put("default", "web-a", s.ticket(), None);
+    assert_eq!(s.entries("default"), 1);
+    let stale = Some(inst("web-a", "Running", Some("web")));
+    s.put("default", "web-a", slow, stale);
+    assert_eq!(names(&s), vec![], "the stale read brought web-a back");
+    assert_eq!(s.entries("default"), 0);
 }

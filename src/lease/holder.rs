@@ -70,7 +70,9 @@ pub fn short(holder: &str) -> &str {
     holder.split(' ').next().unwrap_or(holder)
 }
 
-/// The identity written in a holder id, if it has one.
+/// The identity written in a holder id, if it has one. Words it does not know are skipped:
+/// an older version reads a record's `lease=MS` as a word of the holder id (see
+/// `record`), and still finds the identity.
 pub fn parse(holder: &str) -> Option<Identity> {
     let mut words = holder.split(' ');
     let pid = words.next()?.rsplit(':').nth(1)?.parse().ok()?;

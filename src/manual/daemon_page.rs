@@ -255,8 +255,10 @@ fn files(p: &mut Page) {
             "/run/incus-hpa/control.sock",
             "The control socket ([daemon] control_socket): GET /status for incus-hpa status \
              (what the last pass of each group saw; who acts on it, STANDBY, as the daemon's \
-             lease says when asked), GET /metrics for Prometheus. Mode 0660: root and members \
-             of the group incus-hpa.",
+             lease says when asked), GET /metrics for Prometheus. Mode 0660 from the moment \
+             it appears, whatever the umask: root and members of the group incus-hpa. At start, \
+             a socket nobody listens on is replaced; one a daemon answers on, or that the \
+             daemon's user may not connect to, is left, and the daemon runs without one.",
         ),
         (
             "/var/lib/incus/unix.socket",
@@ -351,11 +353,12 @@ fn journal(p: &mut Page) {
 
 /// Every reason of a decision, in the page's order ([`reason`] fails to compile without a new
 /// one; a test checks that each name is on the page).
-pub const REASONS: [Reason; 20] = [
+pub const REASONS: [Reason; 21] = [
     Reason::BelowMin,
     Reason::AboveMax,
     Reason::ScheduleMin,
     Reason::ScheduleMax,
+    Reason::WindowClosed,
     Reason::AboveThreshold,
     Reason::AtLimit,
     Reason::BelowThreshold,
@@ -377,12 +380,20 @@ pub const REASONS: [Reason; 20] = [
 fn reason(r: Reason) -> &'static str {
     match r {
         Reason::BelowMin => "Fewer instances than min: the count is raised to min at once.",
-        Reason::AboveMax => "More instances than max: the count is lowered to max at once.",
+        Reason::AboveMax => {
+            "More instances than max (lowered in the file, or found at start): the count is \
+             lowered to max at once; the removals count toward max_scale_down_step."
+        }
         Reason::ScheduleMin => {
             "Fewer instances than the min of an open schedule window: the count is raised at once."
         }
         Reason::ScheduleMax => {
-            "More instances than the max of an open schedule window: the count is lowered at once."
+            "More instances than the max of an open schedule window: the count is lowered to it \
+             within max_scale_down_step, without the stabilization window."
+        }
+        Reason::WindowClosed => {
+            "More instances than max since a schedule window that allowed them closed: the count \
+             goes down to max through the scale-down stabilization window and the step limits."
         }
         Reason::AboveThreshold => "Memory use is above the threshold: instances are added.",
         Reason::CpuAboveThreshold => "CPU use is above cpu_threshold: instances are added.",

@@ -65,7 +65,8 @@ pub fn file_page() -> String {
     p.para(
         "Each [[groups.NAME.external]] table is a signal of its own: a program that prints a \
          number, such as the depth of a queue or a count of connections, and the value one \
-         instance can take. Its reading is taken at most once per interval.",
+         instance can take. Its reading is taken at most once per interval, in the background: \
+         no pass waits for the program, and a new reading reconciles the group at once.",
     );
     keys_of(&mut p, Table::External);
     p.section("SCHEDULES");
@@ -73,8 +74,11 @@ pub fn file_page() -> String {
         "Each [[groups.NAME.schedule]] table is a window that a cron expression opens, such as \
          working hours. While it is open, its min and max replace the group's; where windows \
          overlap, the highest min and the highest max apply. When it closes the group's own \
-         bounds are back, and a scale-down goes through the stabilization window and the step \
-         limits as usual.",
+         bounds are back, and the instances it allowed above the group's max go through the \
+         scale-down stabilization window and the step limits, like any scale-down \
+         (REASON window-closed); a max lowered in the file is restored at once, during such a \
+         wind-down too. A daemon restarted during a wind-down cannot tell the two apart: it \
+         restores max at once.",
     );
     keys_of(&mut p, Table::Schedule);
     p.section("EXAMPLE");

@@ -44,6 +44,9 @@ pub enum Reason {
     ScheduleMin,
     /// A schedule window is open and its `max` lowers the count.
     ScheduleMax,
+    /// A schedule window that let the group grow above its `max` has closed: the count winds
+    /// down to `max` through the scale-down stabilization window and the step limits.
+    WindowClosed,
     /// Additions held back: the host (or no cluster member) has room for another instance
     /// above `host_reserve`.
     HostHeadroom,
@@ -72,6 +75,7 @@ impl Reason {
             Reason::ExternalBelowTarget => "external-below-target",
             Reason::ScheduleMin => "schedule-min",
             Reason::ScheduleMax => "schedule-max",
+            Reason::WindowClosed => "window-closed",
             Reason::HostHeadroom => "host-headroom",
         }
     }

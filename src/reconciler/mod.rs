@@ -3,34 +3,41 @@
 //! when it failed. Level-triggered: each pass reads what is there now; the only memory kept is
 //! the decision history, which is safe to lose.
 //!
-//! Groups are independent: they are reconciled concurrently, and one group's failure (a
-//! missing image, say) only backs that group off. Incus events wake a group early, except the
-//! events of the daemon's own removals, and except a group that is backing off; a group backing
-//! off because Incus was unreachable is retried as soon as Incus is back. One pass of one group
-//! is [`pass`].
+//! Groups are independent: they are reconciled concurrently, and nothing of one group waits
+//! for another. Each group's pass starts when the group is due, whatever the other groups'
+//! passes are doing (one may drain for minutes); a group whose pass is in flight is not started
+//! again until it returns ([`flight`]). No pass waits for an external program: the programs
+//! run in the background, and a value that arrives wakes its group ([`runs`]). One group's
+//! failure (a missing image, say) only backs that group off. Incus events wake a group early,
+//! except the events of the daemon's own removals, and except a group that is backing off; a
+//! group backing off because Incus was unreachable is retried as soon as Incus is back. The
+//! watch between passes is [`watch`]; one pass of one group is [`pass`].
 
+mod flight;
 mod pass;
+mod runs;
+mod watch;
 
+pub use flight::Ended;
 pub use pass::ReconcileError;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use crate::act::Shutdown;
 use crate::control::{GroupStatus, LastAction, Status, Telemetry};
-use crate::decide::History;
 use crate::headroom::Round;
 use crate::incus::Incus;
 use crate::informer::Store;
-use crate::lease::Standing;
 use crate::memory::MemorySource;
-use crate::model::{
-    DesiredState, GroupName, GroupSpec, HostReserve, Memory, MemorySourceKind, Reason, Summary,
-};
+use crate::model::{DesiredState, GroupName, GroupSpec, HostReserve, MemorySourceKind, Summary};
 use crate::report;
+use pass::{Carried, LeaseRead};
 
 /// First retry delay after a failed reconcile; doubles up to [`BACKOFF_MAX`].
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -74,8 +81,10 @@ impl Context {
 }
 
 struct GroupState {
+    /// Which declaration of the group this is: a group removed and declared again is another
+    /// one, and a pass of the one before that returns finds nothing of its own to update.
+    id: u64,
     spec: GroupSpec,
-    history: History,
     next: Instant,
     failures: u32,
     /// The last failure was Incus being unreachable.
@@ -85,18 +94,32 @@ struct GroupState {
     last_action: Option<LastAction>,
     /// When the last pass ended.
     done: Option<Instant>,
-    /// Foreign instances already reported.
-    reported: BTreeSet<String>,
-    /// The external signals' last values (one run per interval) and failures said.
-    external: crate::external::Cache,
-    external_said: crate::external::Said,
-    /// The group's schedule windows, compiled.
-    windows: crate::schedule::Windows,
     /// The instances the last pass saw, with their memory limits where it read them: what the
     /// watch between passes reads ([`Reconciler::peek`]).
-    watched: Vec<(String, Option<u64>)>,
+    watched: pass::Watched,
     /// What their readings said of the group's strain at the last pass.
     strain: crate::decide::adaptive::Strain,
+    /// The external signals' values the last pass was given: a run that ends with another
+    /// wakes the group.
+    external: Vec<Option<f64>>,
+    /// What a pass carries to the next: with the pass while one is in flight.
+    carried: Option<Carried>,
+    /// What happened while a pass was in flight, applied when it returns.
+    meanwhile: Meanwhile,
+}
+
+/// What happened to a group while its pass was in flight.
+#[derive(Default)]
+struct Meanwhile {
+    /// Instances an event said stopped or vanished (the pass's own removals are told apart
+    /// when it returns).
+    events: Vec<String>,
+    /// A program's value other than the one the pass was given arrived.
+    value: bool,
+    /// Incus answers again.
+    back: bool,
+    /// The group's table changed (a reload).
+    changed: bool,
 }
 
 /// The host's time zone, read once: the zone of schedule windows that name none (UTC, said
@@ -121,23 +144,31 @@ fn windows(spec: &GroupSpec) -> crate::schedule::Windows {
 }
 
 impl GroupState {
-    fn new(spec: &GroupSpec, now: Instant) -> Self {
+    fn new(id: u64, spec: &GroupSpec, now: Instant) -> Self {
         Self {
+            id,
             spec: spec.clone(),
-            history: History::default(),
             next: now,
             failures: 0,
             unreachable: false,
             last: None,
             last_action: None,
             done: None,
-            reported: BTreeSet::new(),
-            external: Default::default(),
-            external_said: Default::default(),
-            windows: windows(spec),
             watched: Vec::new(),
             strain: Default::default(),
+            external: Vec::new(),
+            carried: Some(Carried {
+                history: Default::default(),
+                reported: Default::default(),
+                windows: windows(spec),
+            }),
+            meanwhile: Meanwhile::default(),
         }
+    }
+
+    /// Whether a pass of the group is in flight.
+    fn busy(&self) -> bool {
+        self.carried.is_none()
     }
 }
 
@@ -152,6 +183,19 @@ pub struct Reconciler {
     /// `[daemon] host_reserve`.
     reserve: HostReserve,
     groups: BTreeMap<GroupName, GroupState>,
+    /// The last [`GroupState::id`] given.
+    last_id: u64,
+    /// The passes in flight.
+    passes: FuturesUnordered<BoxFuture<'static, flight::Returned>>,
+    /// The (project, group) of each pass in flight, and the declaration it is of: a group is
+    /// never reconciled twice at once, even declared again meanwhile.
+    flying: HashMap<(String, GroupName), u64>,
+    /// The external signals' programs.
+    runs: runs::Runs,
+    /// The hosts' readings shared by the passes that start together, and when it was opened.
+    round: Option<(Instant, Arc<Round>)>,
+    /// Per project, when a pass last read its leases itself.
+    lease_reads: HashMap<String, Arc<LeaseRead>>,
     /// (project, instance) the daemon removed, until when their events are its own.
     own: HashMap<(String, String), Instant>,
 }
@@ -170,6 +214,12 @@ impl Reconciler {
             parallel: state.daemon.max_parallel_actions,
             reserve: state.daemon.host_reserve,
             groups: BTreeMap::new(),
+            last_id: 0,
+            passes: FuturesUnordered::new(),
+            flying: HashMap::new(),
+            runs: Default::default(),
+            round: None,
+            lease_reads: HashMap::new(),
             own: HashMap::new(),
         };
         r.set_desired(state, now);
@@ -191,6 +241,7 @@ impl Reconciler {
         // Projects no group observes any more leave the informer's cache.
         let projects = state.groups.values().map(|g| g.project.clone()).collect();
         self.ctx.store.retain_projects(&projects);
+        self.ctx.telemetry.retain_groups(state);
         if state.daemon.memory_source != self.memory_kind {
             self.memory_kind = state.daemon.memory_source;
             self.memory = (self.ctx.memory)(self.memory_kind);
@@ -200,33 +251,62 @@ impl Reconciler {
         self.resync = state.daemon.resync;
         self.parallel = state.daemon.max_parallel_actions;
         self.reserve = state.daemon.host_reserve;
+        // The next passes read the hosts afresh, keeping the new reserve.
+        self.round = None;
+        self.lease_reads.retain(|p, _| projects.contains(p));
+        // The programs of groups that stay in their project with the same signals keep their
+        // values and their runs; the others' runs are cancelled.
+        let kept: Vec<GroupName> =
+            self.groups
+                .values()
+                .filter(|g| {
+                    state.groups.get(&g.spec.name).is_some_and(|s| {
+                        s.project == g.spec.project && s.external == g.spec.external
+                    })
+                })
+                .map(|g| g.spec.name.clone())
+                .collect();
+        self.runs.retain(|(group, _)| kept.contains(group));
         self.groups.retain(|name, g| {
             let moved = state.groups.get(name).map(|s| s.project != g.spec.project);
             let n = g.last.as_ref().map_or(0, |s| s.current);
+            let after = if g.busy() {
+                " (its pass in flight ends first)"
+            } else {
+                ""
+            };
             match moved {
                 None => tracing::warn!(group = %name, current = n,
                     "group {name} was removed from the desired state: no longer managing it; \
-                     its {n} instance(s) are left as they are"),
+                     its {n} instance(s) are left as they are{after}"),
                 Some(true) => tracing::warn!(group = %name, current = n,
                     "group {name} moved from project {} to {}: its {n} instance(s) in {} are \
-                     left as they are", g.spec.project, state.groups[name].project, g.spec.project),
+                     left as they are{after}", g.spec.project, state.groups[name].project,
+                    g.spec.project),
                 Some(false) => {}
             }
             moved == Some(false)
         });
         for (name, spec) in &state.groups {
-            let g = self
-                .groups
-                .entry(name.clone())
-                .or_insert_with(|| GroupState::new(spec, now));
+            let g = self.groups.entry(name.clone()).or_insert_with(|| {
+                self.last_id += 1;
+                GroupState::new(self.last_id, spec, now)
+            });
             if g.spec != *spec {
                 if g.spec.external != spec.external {
                     // Values of programs that changed are not theirs any more.
-                    g.external = Default::default();
+                    g.external = Vec::new();
                 }
-                if g.spec.schedule != spec.schedule {
-                    g.windows = windows(spec);
+                if let Some(c) = g
+                    .carried
+                    .as_mut()
+                    .filter(|_| g.spec.schedule != spec.schedule)
+                {
+                    c.windows = windows(spec);
                 }
+                // A pass in flight ran on the old table: the group is reconciled again when it
+                // returns.
+                g.meanwhile.changed |= g.busy();
                 g.spec = spec.clone();
                 g.next = now;
                 g.failures = 0;
@@ -242,7 +322,8 @@ impl Reconciler {
     /// Makes due at `now` the groups whose instance `name` could be (same project, name with the
     /// group's prefix: the daemon names every instance it creates so), unless the event is
     /// about an instance the daemon itself just removed, and except groups backing off after a
-    /// failure: an event must not turn a backoff into a busy loop.
+    /// failure: an event must not turn a backoff into a busy loop. A group whose pass is in
+    /// flight is told when the pass returns (its own removals are known then).
     pub fn wake(&mut self, project: &str, name: &str, now: Instant) {
         self.own.retain(|_, until| *until > now);
         if self
@@ -257,84 +338,12 @@ impl Reconciler {
         }
         for g in self.groups.values_mut() {
             let candidate = g.spec.project == project && name.starts_with(&g.spec.instance_prefix);
-            if candidate && g.failures == 0 && g.next > now {
-                tracing::debug!(group = %g.spec.name, instance = name, "{name} stopped or vanished: reconciling now");
-                g.next = now;
-            }
-        }
-    }
-
-    /// The watch between passes: for each group of the `adaptive` policy that scales on memory,
-    /// reads what its instances use where that costs no request to incusd (one cgroup file
-    /// each on this host; the whole reading of one near its limit, and of all of them when
-    /// the files put the group above its tolerance), and makes the group due at `now` when
-    /// one of them reached its limit, or the group went above its tolerance, since the last
-    /// pass ([`crate::decide::adaptive::wakes`]). Not for a group backing off, in standby, or
-    /// with a pass due within [`PEEK_EVERY`].
-    pub fn peek(&mut self, now: Instant) {
-        use crate::decide::adaptive::{at_limit, strain, wakes, Strain};
-        for g in self.groups.values_mut() {
-            let since = g
-                .done
-                .map_or(Duration::ZERO, |d| now.saturating_duration_since(d));
-            if g.failures > 0
-                || g.next <= now + PEEK_EVERY
-                || !wakes(&g.spec, g.strain, Strain::AtLimit, since)
-                || self
-                    .ctx
-                    .leases
-                    .standing(&g.spec.project, g.spec.name.as_str())
-                    .standby()
-                    .is_some()
-            {
-                continue;
-            }
-            let project = &g.spec.project;
-            let memory = &self.memory;
-            // What the files tell: each instance's usage (one file) against the limit the last
-            // pass read; the whole reading of one whose limit is not known yet (`true`).
-            let told: Vec<(&str, Option<Memory>, bool)> = g
-                .watched
-                .iter()
-                .map(|(name, limit)| match limit {
-                    Some(limit) => {
-                        let m = memory.usage(project, name).map(|usage| Memory {
-                            usage,
-                            limit: *limit,
-                            ..Default::default()
-                        });
-                        (name.as_str(), m, false)
-                    }
-                    None => (name.as_str(), memory.peek(project, name), true),
-                })
-                .collect();
-            // Page cache counts in a file's usage: the whole reading (the working set) says
-            // whether an instance is full, or the group above its tolerance.
-            let whole = |(name, told, is_whole): &(&str, Option<Memory>, bool)| {
-                if *is_whole {
-                    *told
-                } else {
-                    memory.peek(project, name)
+            if candidate && g.busy() {
+                if !g.meanwhile.events.iter().any(|e| e == name) {
+                    g.meanwhile.events.push(name.to_owned());
                 }
-            };
-            let full = told.iter().find(|t| {
-                t.1.is_some_and(|m| at_limit(&m)) && whole(t).is_some_and(|m| at_limit(&m))
-            });
-            let (now_strain, why) = if let Some((name, _, _)) = full {
-                (Strain::AtLimit, format!("{name} reached its memory limit"))
-            } else if g.strain < Strain::AboveTolerance
-                && strain(&g.spec, told.iter().filter_map(|t| t.1)) >= Strain::AboveTolerance
-            {
-                // The files put the group above its tolerance: the whole readings, every one
-                // of them, say whether it is.
-                let readings: Option<Vec<Memory>> = told.iter().map(whole).collect();
-                let s = readings.map_or(Strain::Within, |r| strain(&g.spec, r));
-                (s, "its memory went above its tolerance".to_owned())
-            } else {
-                (Strain::Within, String::new())
-            };
-            if wakes(&g.spec, g.strain, now_strain, since) {
-                tracing::debug!(group = %g.spec.name, "{why}: reconciling {} now", g.spec.name);
+            } else if candidate && g.failures == 0 && g.next > now {
+                tracing::debug!(group = %g.spec.name, instance = name, "{name} stopped or vanished: reconciling now");
                 g.next = now;
             }
         }
@@ -343,109 +352,18 @@ impl Reconciler {
     /// Incus answers again: groups that were backing off because it could not be reached are
     /// retried at once.
     pub fn incus_back(&mut self, now: Instant) {
-        for g in self.groups.values_mut().filter(|g| g.unreachable) {
+        for g in self.groups.values_mut() {
+            g.meanwhile.back |= g.busy();
+        }
+        for g in self
+            .groups
+            .values_mut()
+            .filter(|g| g.unreachable && !g.busy())
+        {
             tracing::info!(group = %g.spec.name, "Incus is back: reconciling {} now", g.spec.name);
             g.unreachable = false;
             g.failures = 0;
             g.next = now;
-        }
-    }
-
-    /// When the next group is due, if any.
-    pub fn next_due(&self) -> Option<Instant> {
-        self.groups.values().map(|g| g.next).min()
-    }
-
-    /// Reconciles every group due at `now`, concurrently.
-    pub async fn run_due(&mut self, now: Instant) {
-        // A due group whose lease this daemon has not read yet (at start, or after it ran
-        // out), or has just taken and not read back, gets one round of its project's leases
-        // now rather than at the next renewal.
-        let unknown: BTreeSet<String> = self
-            .groups
-            .values()
-            .filter(|g| g.next <= now)
-            .filter(|g| {
-                matches!(
-                    self.ctx
-                        .leases
-                        .standing(&g.spec.project, g.spec.name.as_str()),
-                    Standing::Unknown | Standing::Confirming
-                )
-            })
-            .map(|g| g.spec.project.clone())
-            .collect();
-        let all = self.ctx.leases.groups();
-        for project in unknown {
-            let groups = all.get(&project).cloned().unwrap_or_default();
-            let result = self
-                .ctx
-                .leases
-                .renew(self.ctx.incus.as_ref(), &project, &groups)
-                .await;
-            self.ctx.leases.say(&project, result);
-        }
-        let ctx = &self.ctx;
-        let memory = self.memory.as_ref();
-        let interval = self.interval;
-        let resync = self.resync;
-        let parallel = self.parallel;
-        // The groups of this round share the hosts' readings and what each planned there.
-        let round = &Round::new(self.reserve);
-        let due = self.groups.values_mut().filter(|g| g.next <= now);
-        let passes = due.map(|g| async move {
-            let result = pass::reconcile(ctx, memory, g, now, resync, parallel, round).await;
-            let done = Instant::now();
-            ctx.telemetry.pass(
-                g.spec.name.as_str(),
-                &g.spec.project,
-                done.saturating_duration_since(now),
-            );
-            g.done = Some(done);
-            let removed = match result {
-                Ok((summary, requeue_in, removed)) => {
-                    g.failures = 0;
-                    g.unreachable = false;
-                    let regular = done.checked_add(interval).unwrap_or(done);
-                    let due = requeue_in.and_then(|r| now.checked_add(r));
-                    g.next = due.map_or(regular, |d| d.clamp(done, regular));
-                    g.last = Some(summary);
-                    removed
-                }
-                Err((e, summary, removed)) => {
-                    let delay = backoff(g.failures);
-                    g.failures = g.failures.saturating_add(1);
-                    g.unreachable = e.is_transport();
-                    g.next = done + delay;
-                    tracing::warn!(group = %g.spec.name, error = %e, retry_in = %humantime::format_duration(delay),
-                        "reconciling {} failed: {e}; retrying in {}", g.spec.name, humantime::format_duration(delay));
-                    ctx.telemetry.error(g.spec.name.as_str(), &g.spec.project);
-                    let mut s = summary.or_else(|| g.last.clone()).unwrap_or(Summary {
-                        current: 0,
-                        desired: 0,
-                        unhealthy: 0,
-                        warm: 0,
-                        failing: Vec::new(),
-                        utilization: None,
-                        signals: Vec::new(),
-                        reason: Reason::NoMetrics,
-                        error: None,
-                        standby: None,
-                        hold: None,
-                    });
-                    s.error = Some(e.to_string());
-                    g.last = Some(s);
-                    removed
-                }
-            };
-            let until = done + OWN_EVENTS;
-            removed
-                .into_iter()
-                .map(move |name| ((g.spec.project.clone(), name), until))
-                .collect::<Vec<_>>()
-        });
-        for own in futures_util::future::join_all(passes).await {
-            self.own.extend(own);
         }
     }
 

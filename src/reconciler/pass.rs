@@ -1,19 +1,26 @@
-//! One pass of one group: observe, decide, act (if this daemon holds the group's lease), and
-//! remember what happened in the group's history and last action. What the loop does with
-//! the outcome (requeue, backoff) is the parent module's.
+//! One pass of one group: read this daemon's standing on the group, observe, decide, act (if
+//! this daemon holds the group's lease), and remember what happened in the group's history and
+//! last action. What the loop does with the outcome (requeue, backoff) is the parent module's.
+//!
+//! The standing is read before the observation and again after it: a pass acts only on
+//! instances it listed while this daemon held the lease all along, never on a list taken while
+//! another daemon may still have been acting. The external signals' values come with the pass
+//! (see [`super::runs`]): it never waits for a program.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Context, GroupState};
+use super::Context;
 use crate::act::{self, ActError, Done, Outcome};
 use crate::control::LastAction;
-use crate::decide::decide;
+use crate::decide::{decide, History};
 use crate::headroom::{self, Round};
 use crate::incus::IncusError;
+use crate::lease::Standing;
 use crate::memory::MemorySource;
-use crate::model::{Action, Summary, Window};
+use crate::model::{Action, GroupSpec, Observation, Summary};
 use crate::observe::observe;
 use crate::report;
 
@@ -46,62 +53,162 @@ pub(super) type Passed = (Summary, Option<Duration>, Vec<String>);
 /// A pass that failed: why, its summary if it got as far as deciding, and what it removed.
 pub(super) type Failed = (ReconcileError, Option<Summary>, Vec<String>);
 
+/// What a group keeps from one pass to the next, moved into the pass while it runs.
+pub(super) struct Carried {
+    pub(super) history: History,
+    /// Foreign instances already reported.
+    pub(super) reported: BTreeSet<String>,
+    /// The group's schedule windows, compiled.
+    pub(super) windows: crate::schedule::Windows,
+}
+
+/// Instances, with their memory limits where a pass read them.
+pub(super) type Watched = Vec<(String, Option<u64>)>;
+
+/// What one pass works on, and what it found for the loop.
+pub(super) struct Work {
+    pub(super) spec: GroupSpec,
+    pub(super) carried: Carried,
+    /// The external signals' values for this pass (`None`: unknown).
+    pub(super) external: Vec<Option<f64>>,
+    /// The last pass's outcome: a decision that repeats it is logged at debug level.
+    pub(super) last: Option<Summary>,
+    /// The instances the pass saw (and created), with their memory limits where it read them,
+    /// and what their readings said of the group's strain: what the watch reads next.
+    pub(super) seen: Option<(Watched, crate::decide::adaptive::Strain)>,
+    /// The last action carried out.
+    pub(super) last_action: Option<LastAction>,
+}
+
+/// When a pass last read the leases of a project itself (see [`read_unknown_lease`]).
+pub(super) type LeaseRead = tokio::sync::Mutex<Option<Instant>>;
+
+/// What a pass is given besides its group: the daemon's settings as it starts, the round of
+/// host readings it shares with the passes that start with it, and its project's lease reads.
+pub(super) struct Given {
+    pub(super) resync: Duration,
+    /// `[daemon] max_parallel_actions`.
+    pub(super) parallel: usize,
+    pub(super) round: std::sync::Arc<Round>,
+    pub(super) lease_read: std::sync::Arc<LeaseRead>,
+}
+
+/// A group whose lease this daemon has not read yet (at start, or after it ran out), or has
+/// just taken and not read back, gets one round of its project's leases now rather than at
+/// the next renewal: once for the passes of one project that start together (`read` says when
+/// the last round of a pass ended; one that ended after this pass started serves it).
+async fn read_unknown_lease(ctx: &Context, spec: &GroupSpec, read: &LeaseRead, started: Instant) {
+    let (project, group) = (spec.project.as_str(), spec.name.as_str());
+    let unknown = |s: Standing| matches!(s, Standing::Unknown | Standing::Confirming);
+    if !unknown(ctx.leases.standing(project, group)) {
+        return;
+    }
+    let mut last = read.lock().await;
+    if last.is_some_and(|t| t >= started) || !unknown(ctx.leases.standing(project, group)) {
+        return;
+    }
+    let groups = ctx.leases.groups().remove(project).unwrap_or_default();
+    let result = ctx.leases.renew(ctx.incus.as_ref(), project, &groups).await;
+    ctx.leases.say(project, result);
+    *last = Some(Instant::now());
+}
+
+/// The same standing, whatever a held lease's end.
+fn same(a: &Standing, b: &Standing) -> bool {
+    matches!((a, b), (Standing::Held { .. }, Standing::Held { .. })) || a == b
+}
+
+/// Observes the group with this daemon's standing on it, read before the observation and
+/// after. When it changed meanwhile (a standby that took the group over while it listed, a
+/// lease that ran out), the group is observed again; when it changed again, the pass does not
+/// act (the standing it had before, unless it held the lease then) and says so (`true`): the
+/// group is looked at again at once.
+async fn observe_standing(
+    ctx: &Context,
+    memory: &dyn MemorySource,
+    spec: &GroupSpec,
+    resync: Duration,
+) -> Result<(Observation, Standing, bool), IncusError> {
+    let (project, group) = (spec.project.as_str(), spec.name.as_str());
+    let mut again = false;
+    loop {
+        let before = ctx.leases.standing(project, group);
+        let obs = observe(ctx.incus.as_ref(), memory, &ctx.store, spec, resync).await?;
+        let after = ctx.leases.standing(project, group);
+        if same(&before, &after) {
+            return Ok((obs, after, false));
+        }
+        if again {
+            let acting = matches!(after, Standing::Held { .. });
+            return Ok((obs, if acting { before } else { after }, true));
+        }
+        tracing::debug!(
+            group,
+            "this daemon's standing on {group} changed while it listed \
+            the instances: listing them again"
+        );
+        again = true;
+    }
+}
+
 /// One pass for one group: observe, decide, act, and remember what happened. A plan that
 /// adds instances is decided again with the hosts' memory, read then (see
-/// [`crate::headroom`]), within what the other groups of the `round` planned.
+/// [`crate::headroom`]), within what the other passes of its round planned.
 pub(super) async fn reconcile(
     ctx: &Context,
     memory: &dyn MemorySource,
-    g: &mut GroupState,
+    w: &mut Work,
     now: Instant,
-    resync: Duration,
-    parallel: usize,
-    round: &Round,
+    given: &Given,
 ) -> Result<Passed, Failed> {
-    let mut obs = observe(ctx.incus.as_ref(), memory, &ctx.store, &g.spec, resync)
+    let round = &given.round;
+    read_unknown_lease(ctx, &w.spec, &given.lease_read, now).await;
+    let (mut obs, standing, unsettled) = observe_standing(ctx, memory, &w.spec, given.resync)
         .await
         .map_err(|e| (ReconcileError::Observe(e), None, Vec::new()))?;
-    obs.external = external_values(g, now).await;
-    g.watched = obs
-        .instances
-        .iter()
-        .map(|i| (i.name.clone(), i.memory.map(|m| m.limit)))
-        .collect();
-    g.strain =
-        crate::decide::adaptive::strain(&g.spec, obs.instances.iter().filter_map(|i| i.memory));
+    obs.external = w.external.clone();
+    w.seen = Some((
+        obs.instances
+            .iter()
+            .map(|i| (i.name.clone(), i.memory.map(|m| m.limit)))
+            .collect(),
+        crate::decide::adaptive::strain(&w.spec, obs.instances.iter().filter_map(|i| i.memory)),
+    ));
     // Schedule windows follow the wall clock; the pass is due again when one opens or closes.
     let wall = std::time::SystemTime::now();
-    let bounds = g.windows.at(wall);
-    if !bounds.open.is_empty() {
-        obs.window = Some(Window {
-            min: bounds.min,
-            max: bounds.max,
-        });
-    }
+    let bounds = w.carried.windows.at(wall);
+    obs.window = bounds.window();
     let window_change = bounds
         .next_change
         .map(|t| t.duration_since(wall).unwrap_or(Duration::ZERO));
-    let spec = &g.spec;
-    g.reported
+    let Work {
+        spec,
+        carried: c,
+        seen,
+        last,
+        last_action,
+        ..
+    } = w;
+    let spec = &*spec;
+    c.reported
         .retain(|n| obs.foreign.iter().any(|f| &f.name == n));
     for f in &obs.foreign {
-        if g.reported.insert(f.name.clone()) {
+        if c.reported.insert(f.name.clone()) {
             report::foreign(spec, f);
         }
     }
     // Only the holder of the group's lease acts; it does nothing past the lease's end.
-    let standing = ctx.leases.standing(&spec.project, spec.name.as_str());
     let standby = standing.standby();
-    let before = g.history.clone();
-    let mut plan = decide(spec, &obs, &mut g.history, now);
+    let before = c.history.clone();
+    let mut plan = decide(spec, &obs, &mut c.history, now);
     if !standing.someone_acts() {
         // Nobody does what was decided: the first pass that acts starts from what there is.
-        g.history.not_acted(&before);
+        c.history.not_acted(&before);
     } else if standby.is_none() && plan.actions.iter().any(Action::adds) {
         if let Some(h) = round.read(ctx.incus.as_ref(), spec, &obs, &plan).await {
             obs.headroom = Some(h);
-            g.history = before;
-            plan = decide(spec, &obs, &mut g.history, now);
+            c.history = before;
+            plan = decide(spec, &obs, &mut c.history, now);
         }
     }
     if let Some(check) = &plan.headroom {
@@ -115,7 +222,7 @@ pub(super) async fn reconcile(
     for note in &plan.notes {
         report::note(spec, note);
     }
-    let changed = g.last.as_ref().is_none_or(|p| {
+    let changed = last.as_ref().is_none_or(|p| {
         (p.current, p.desired, p.reason, &p.standby, &p.failing)
             != (
                 plan.current,
@@ -141,12 +248,12 @@ pub(super) async fn reconcile(
         hold: plan.hold,
     };
     if standby.is_some() || plan.actions.is_empty() {
-        // A lease just taken is read back one renewal later: look again then.
-        let confirm = (ctx.leases.standing(&spec.project, spec.name.as_str())
-            == crate::lease::Standing::Confirming)
-            .then(|| ctx.leases.confirm_after());
+        // A lease just taken is read back a renewal after its write: look again then.
+        let confirm = ctx.leases.confirm_in(&spec.project, spec.name.as_str());
+        // A standing that would not settle: looked at again at once.
+        let unsettled = unsettled.then_some(Duration::ZERO);
         let requeue = sooner(sooner(plan.requeue_in, window_change), confirm);
-        return Ok((summary, requeue, Vec::new()));
+        return Ok((summary, sooner(requeue, unsettled), Vec::new()));
     }
     let (project, group) = (spec.project.as_str(), spec.name.as_str());
     let fence = || ctx.leases.holds(project, group);
@@ -161,7 +268,7 @@ pub(super) async fn reconcile(
             fence: &fence,
         },
         &plan.actions,
-        parallel,
+        given.parallel,
     )
     .await;
     drop(acting);
@@ -187,7 +294,7 @@ pub(super) async fn reconcile(
         };
         ctx.telemetry
             .action(spec.name.as_str(), &spec.project, o.action, outcome, o.took);
-        g.last_action = Some(LastAction {
+        *last_action = Some(LastAction {
             at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             kind: o.action.to_owned(),
             instance: o.instance.clone(),
@@ -195,17 +302,19 @@ pub(super) async fn reconcile(
         });
         if matches!(o.action, "create" | "promote") && o.result.is_ok() {
             // The watch between passes reads it from now on, not from the next pass.
-            g.watched.push((o.instance.clone(), None));
+            if let Some((watched, _)) = seen.as_mut() {
+                watched.push((o.instance.clone(), None));
+            }
         }
         match (o.action, &o.result) {
-            ("create", Ok(Done::Finished)) => g.history.created(&o.instance),
+            ("create", Ok(Done::Finished)) => c.history.created(&o.instance),
             ("create" | "create-warm", Ok(Done::StillRunning)) => {
-                g.history.creating(&o.instance, done)
+                c.history.creating(&o.instance, done)
             }
             // A start refused or fenced off says nothing of the instance itself.
             ("start" | "promote", Err(ActError::Refused { .. } | ActError::LeaseLost { .. })) => {}
             ("start" | "promote", _) => {
-                g.history.started(spec, &o.instance, o.result.is_ok(), done)
+                c.history.started(spec, &o.instance, o.result.is_ok(), done)
             }
             ("delete", _) => removed.push(o.instance.clone()),
             _ => {}
@@ -231,51 +340,6 @@ pub(super) async fn reconcile(
         Some(summary),
         removed,
     ))
-}
-
-/// The group's external signals: each program's value, run at most once per interval (a value
-/// taken less than an interval ago stands); a failure is said once, until it changes or the
-/// program answers again.
-async fn external_values(g: &mut GroupState, now: Instant) -> Vec<Option<f64>> {
-    let spec = &g.spec;
-    let due: Vec<usize> = (0..spec.external.len())
-        .filter(|&i| {
-            g.external
-                .fresh(&(spec.name.clone(), i), now, spec.interval)
-                .is_none()
-        })
-        .collect();
-    let runs = due
-        .iter()
-        .map(|&i| crate::external::read(&spec.external[i]));
-    let results = futures_util::future::join_all(runs).await;
-    for (&i, result) in due.iter().zip(results) {
-        let key = (spec.name.clone(), i);
-        let program = &spec.external[i].command[0];
-        match &result {
-            Ok(_) => {
-                if g.external_said.succeeded(&key) {
-                    tracing::info!(group = %spec.name, signal = i + 1,
-                        "external signal {} of {} ({program}) answers again", i + 1, spec.name);
-                }
-            }
-            Err(e) => {
-                if g.external_said.failed(&key, &e.to_string()) {
-                    tracing::warn!(group = %spec.name, signal = i + 1, error = %e,
-                        "external signal {} of {} ({program}) has no reading: {e}; it holds the \
-                         count (never lowers it) until the program answers", i + 1, spec.name);
-                }
-            }
-        }
-        g.external.put(key, now, result.ok());
-    }
-    (0..spec.external.len())
-        .map(|i| {
-            g.external
-                .fresh(&(spec.name.clone(), i), now, spec.interval)
-                .flatten()
-        })
-        .collect()
 }
 
 /// The sooner of two optional delays.

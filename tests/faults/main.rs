@@ -2,7 +2,7 @@
 //! chosen requests with errors, drops, delays, garbage or failed operations ([`proxy`]), its
 //! own tests against a fake upstream, and the fault scenarios against the real incusd
 //! ([`scenarios`], ignored unless asked for: `scripts/test.sh` runs them one at a time and
-//! prints the table they fill).
+//! prints the table they fill); the third round of trust ([`third`]).
 
 #[path = "../../benches/support/incusd.rs"]
 mod incusd;
@@ -12,5 +12,6 @@ mod lab;
 mod proxy;
 mod proxy_tests;
 mod scenarios;
+mod third;
 mod trust;
 mod world;

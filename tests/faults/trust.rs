@@ -13,22 +13,22 @@ use crate::lab::*;
 use crate::proxy::{Fault, Rule, Times};
 use crate::world::{desired, hold, status, World};
 
-const MINUTE: Duration = Duration::from_secs(60);
+pub(crate) const MINUTE: Duration = Duration::from_secs(60);
 
 /// `toml` with `lines` added to its `[daemon]` table.
-fn daemon(toml: &str, lines: &str) -> String {
+pub(crate) fn daemon(toml: &str, lines: &str) -> String {
     toml.replace("[daemon]", &format!("[daemon]\n{lines}"))
 }
 
 /// A control socket of `lab`'s own, as a `[daemon]` line, and its path.
-fn control(lab: &Lab) -> (String, std::path::PathBuf) {
+pub(crate) fn control(lab: &Lab) -> (String, std::path::PathBuf) {
     let path = lab.dir.path().join("control.sock");
     (format!("control_socket = \"{}\"", path.display()), path)
 }
 
 /// Whether the daemon answering on `socket` acts on `group` (its `status --json` has no
 /// `standby`), or stands by; `None` while it does not answer or has not decided yet.
-fn acting(socket: &Path, group: &str) -> Option<bool> {
+pub(crate) fn acting(socket: &Path, group: &str) -> Option<bool> {
     let out = Command::new(env!("CARGO_BIN_EXE_incus-hpa"))
         .args(["status", "--json", "--control-socket"])
         .arg(socket)
@@ -220,7 +220,7 @@ fn two_daemons_with_one_host_name_in_two_pid_namespaces() {
 }
 
 /// The times (seconds since the epoch) of the daemon's completed deletes, from its log.
-fn delete_times(log: &str) -> Vec<f64> {
+pub(crate) fn delete_times(log: &str) -> Vec<f64> {
     log.lines()
         .filter(|l| l.contains("action=\"delete\"") && l.contains("outcome=\"ok\""))
         .filter_map(|l| {

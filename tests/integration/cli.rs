@@ -427,3 +427,90 @@ fn run_refuses_a_symlink_another_user_owns_in_a_sticky_directory() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("OK, 1 group(s)"), "{out}");
 }
+
+/// What `incus-hpa plan` shows for `toml` against `fake` (its instances and memory).
+async fn dry_run(toml: &str, fake: &crate::fake::FakeIncus) -> String {
+    let state = incus_hpa::config::parse(Path::new("plan.toml"), toml)
+        .unwrap_or_else(|e| panic!("{:#?}", e.diagnostics))
+        .state;
+    let store = incus_hpa::informer::Store::default();
+    let programs = incus_hpa::dry_run::Programs::Run;
+    incus_hpa::dry_run::plan(fake, fake, &store, &state, programs)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn plan_runs_the_external_programs_and_decides_with_their_values() {
+    let fake = crate::fake::FakeIncus::default();
+    for name in ["jobs-aaaaaa", "jobs-bbbbbb", "batch-aaaaaa"] {
+        fake.add_owned(&name[..name.find('-').unwrap()], name, "Running");
+    }
+    // A queue of 50 at 10 per instance wants 5 of jobs; batch's program fails.
+    let toml = r#"
+[groups.jobs]
+max = 10
+image = "busybox"
+
+[[groups.jobs.external]]
+command = ["/bin/echo", "50"]
+target = 10
+
+[groups.batch]
+max = 10
+image = "busybox"
+
+[[groups.batch.external]]
+command = ["/bin/sh", "-c", "echo no queue here >&2; exit 3"]
+target = 10
+"#;
+    let shown = dry_run(toml, &fake).await;
+    assert!(
+        shown.contains(
+            "jobs: 2 instance(s), external 1 50.0 (target 10) wants 5; recommends 5 \
+             (external-above-target)"
+        ),
+        "{shown}"
+    );
+    // As the journal says it; the count is held.
+    assert!(
+        shown.contains(
+            "external signal 1 of batch (/bin/sh) has no reading: exited with code 3: no \
+             queue here; it holds the count (never lowers it) until the program answers"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown
+            .contains("batch: 1 instance(s), external 1 unknown (target 10) wants -; recommends 1"),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
+async fn plan_applies_the_schedule_windows_open_now() {
+    let fake = crate::fake::FakeIncus::default();
+    fake.add_owned("shop", "shop-aaaaaa", "Running");
+    // A window that opens every minute for two: always open.
+    let toml = r#"
+[groups.shop]
+max = 10
+image = "busybox"
+
+[[groups.shop.external]]
+command = ["/bin/echo", "1"]
+target = 10
+
+[[groups.shop.schedule]]
+cron = "* * * * *"
+duration = "2m"
+min = 4
+"#;
+    let shown = dry_run(toml, &fake).await;
+    assert!(
+        shown.contains(
+            "shop: 1 instance(s), external 1 1.0 (target 10) wants 1; recommends 4 (schedule-min)"
+        ),
+        "{shown}"
+    );
+}

@@ -64,10 +64,14 @@ struct State {
     drains: Vec<(String, Vec<String>)>,
     drain_exit: i64,
     drain_time: Option<std::time::Duration>,
+    /// How long a graceful stop takes (none: at once).
+    stop_time: Option<std::time::Duration>,
     /// Followers of the lifecycle events.
     followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
     /// Lease stores by project, and a version per project for its ETag.
     projects: BTreeMap<String, (LeaseHome, u64)>,
+    /// Projects made with `features.profiles=false`: their profiles are the default project's.
+    default_profiles: std::collections::BTreeSet<String>,
     /// The next project writes meet another writer first (HTTP 412).
     put_conflicts: u32,
     /// Writes of the lease store that pass whatever their ETag (Incus checks and writes in two
@@ -93,6 +97,15 @@ pub const ROOMY: HostMemory = HostMemory {
 };
 
 impl State {
+    /// The project whose profiles `project` uses.
+    fn profiles_of(&self, project: &str) -> String {
+        if self.default_profiles.contains(project) {
+            "default".to_owned()
+        } else {
+            project.to_owned()
+        }
+    }
+
     /// Where a new instance goes: `target` (a member or `@GROUP`), else the online member
     /// with the fewest instances, as Incus' scheduler does; empty when not a cluster.
     fn place(&self, target: Option<&str>) -> Result<String, IncusError> {
@@ -580,6 +593,11 @@ impl Incus for FakeIncus {
     ) -> Result<(), IncusError> {
         self.call("change_state")?;
         self.with(|s| s.overlaps += u64::from(s.creating > 0 && change != StateChange::Start));
+        if let (StateChange::Stop { force: false, .. }, Some(t)) =
+            (change, self.with(|s| s.stop_time))
+        {
+            tokio::time::sleep(t).await;
+        }
         self.with(|s| {
             let fail = s.starts_fail;
             let i = s
@@ -724,14 +742,16 @@ impl Incus for FakeIncus {
     async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError> {
         self.call("leases")?;
         Ok(self.with(|s| {
+            let at = s.profiles_of(project);
             // Made, marked, when missing, as the client does.
-            let (home, version) = s.projects.entry(project.to_owned()).or_insert_with(|| {
+            let (home, version) = s.projects.entry(at.clone()).or_insert_with(|| {
                 let mut home = LeaseHome::default();
                 home.config.insert(STORE_KEY.into(), STORE_VALUE.into());
                 (home, 0)
             });
             LeaseHome {
                 etag: format!("v{version}"),
+                project: at,
                 ..home.clone()
             }
         }))
@@ -748,7 +768,8 @@ impl Incus for FakeIncus {
             s.put_conflicts = s.put_conflicts.saturating_sub(1);
             let stale_passes = s.stale_puts_pass > 0;
             s.stale_puts_pass = s.stale_puts_pass.saturating_sub(1);
-            let entry = s.projects.entry(project.to_owned()).or_default();
+            let at = s.profiles_of(project);
+            let entry = s.projects.entry(at).or_default();
             if raced {
                 // Another daemon's write got in first.
                 entry.1 += 1;
@@ -798,6 +819,12 @@ impl FakeIncus {
     /// Makes the next `n` project writes lose a race with another writer.
     pub fn conflict_next_puts(&self, n: u32) {
         self.with(|s| s.put_conflicts = n);
+    }
+
+    /// Makes `project` one made with `features.profiles=false`: its lease store is the
+    /// default project's, as Incus serves it.
+    pub fn use_default_profiles(&self, project: &str) {
+        self.with(|s| s.default_profiles.insert(project.to_owned()));
     }
 
     /// A config key of a project's lease store.
@@ -880,6 +907,11 @@ impl FakeIncus {
             s.drain_exit = exit;
             s.drain_time = time;
         });
+    }
+
+    /// Graceful stops: every later one takes `time` (none: at once).
+    pub fn set_stop_time(&self, time: Option<std::time::Duration>) {
+        self.with(|s| s.stop_time = time);
     }
 
     /// The drain commands run so far: (instance, command).

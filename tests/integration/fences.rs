@@ -14,6 +14,7 @@ use crate::fake::FakeIncus;
 use crate::util::{eventually, run_for, web, Harness};
 
 const MINUTE: Duration = Duration::from_secs(60);
+const SECOND: Duration = Duration::from_secs(1);
 
 fn spec(extra: &str) -> GroupSpec {
     let dir = tempfile::tempdir().unwrap();
@@ -168,6 +169,82 @@ async fn fresh_reads_refuse_what_a_stale_cache_would_allow() {
     assert_eq!(fake.get_instance("web-bbbbbb").unwrap().status, "Stopped");
 }
 
+/// Sets `key` to `value` on `name` `after` the start (a person, while the daemon acts).
+async fn later(fake: &FakeIncus, after: Duration, name: &str, key: &str, value: &str) {
+    tokio::time::sleep(after).await;
+    fake.set_config(name, key, Some(value));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_protected_during_its_drain_is_left_running() {
+    let fake = FakeIncus::default();
+    fake.add_owned("web", "web-aaaaaa", "Running");
+    fake.set_drain(0, Some(MINUTE));
+    let s = spec("drain_command = [\"/bin/true\"]\ndrain_timeout = \"5m\"");
+    let removal = [remove("web-aaaaaa")];
+    let (applied, ()) = tokio::join!(
+        apply(&fake, &s, || {}, &removal, usize::MAX),
+        later(&fake, 10 * SECOND, "web-aaaaaa", PROTECTED_KEY, "true"),
+    );
+    let result = &applied.outcomes[0].result;
+    assert!(
+        matches!(result, Err(ActError::Refused { why, .. })
+            if why.contains("protected it") && why.contains("left running")),
+        "{result:?}"
+    );
+    assert_eq!(fake.drains().len(), 1);
+    assert_eq!((fake.calls("change_state"), fake.calls("delete")), (0, 0));
+    assert_eq!(fake.get_instance("web-aaaaaa").unwrap().status, "Running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_taken_over_during_its_drain_is_left_as_it_is() {
+    let fake = FakeIncus::default();
+    fake.add_owned("web", "web-aaaaaa", "Running");
+    fake.set_drain(0, Some(MINUTE));
+    let s = spec("drain_command = [\"/bin/true\"]\ndrain_timeout = \"5m\"");
+    let theirs = "default/web-aaaaaa/theirs";
+    let removal = [remove("web-aaaaaa")];
+    let (applied, ()) = tokio::join!(
+        apply(&fake, &s, || {}, &removal, usize::MAX),
+        later(&fake, 10 * SECOND, "web-aaaaaa", OWNER_KEY, theirs),
+    );
+    let result = &applied.outcomes[0].result;
+    assert!(
+        matches!(result, Err(ActError::Refused { why, .. }) if why.contains("no longer")),
+        "{result:?}"
+    );
+    assert_eq!((fake.calls("change_state"), fake.calls("delete")), (0, 0));
+    assert_eq!(fake.get_instance("web-aaaaaa").unwrap().status, "Running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_protected_during_its_stop_is_started_again() {
+    let fake = FakeIncus::default();
+    fake.add_owned("web", "web-aaaaaa", "Running");
+    fake.set_stop_time(Some(30 * SECOND));
+    let s = spec("");
+    let removal = [remove("web-aaaaaa")];
+    let (applied, ()) = tokio::join!(
+        apply(&fake, &s, || {}, &removal, usize::MAX),
+        later(&fake, 10 * SECOND, "web-aaaaaa", PROTECTED_KEY, "true"),
+    );
+    let result = &applied.outcomes[0].result;
+    assert!(
+        matches!(result, Err(ActError::Refused { why, .. })
+            if why.contains("protected it") && why.contains("started again")),
+        "{result:?}"
+    );
+    assert_eq!(fake.calls("delete"), 0);
+    assert_eq!(fake.get_instance("web-aaaaaa").unwrap().status, "Running");
+    // A stopped one is left stopped, as it was: there is no stop to undo.
+    fake.add_owned("web", "web-bbbbbb", "Stopped");
+    fake.set_config("web-bbbbbb", PROTECTED_KEY, Some("true"));
+    let applied = apply(&fake, &s, || {}, &[remove("web-bbbbbb")], usize::MAX).await;
+    assert!(applied.outcomes[0].result.is_err());
+    assert_eq!(fake.get_instance("web-bbbbbb").unwrap().status, "Stopped");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_creation_incus_did_not_finish_telling_is_never_undone_and_counted_next_pass() {
     let fake = Arc::new(FakeIncus::default());
@@ -192,4 +269,26 @@ async fn a_creation_incus_did_not_finish_telling_is_never_undone_and_counted_nex
     assert_eq!(fake.managed("web").len(), 2, "{:?}", fake.managed("web"));
     assert_eq!(fake.calls("delete"), 0);
     h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_whose_lease_ran_out_during_a_drain_never_takes_the_next_holders_removal_for_its_own(
+) {
+    let fake = FakeIncus::default();
+    fake.add_owned("web", "web-aaaaaa", "Running");
+    fake.set_drain(0, Some(MINUTE));
+    let s = spec("drain_command = [\"/bin/true\"]\ndrain_timeout = \"5m\"");
+    let removal = [remove("web-aaaaaa")];
+    // Held to start the action and to drain; during the drain its lease runs out, and the
+    // daemon that takes the group over removes the instance itself.
+    let (applied, ()) = tokio::join!(apply(&fake, &s, || {}, &removal, 2), async {
+        tokio::time::sleep(10 * SECOND).await;
+        fake.remove("web-aaaaaa");
+    });
+    let result = &applied.outcomes[0].result;
+    assert!(
+        matches!(result, Err(ActError::LeaseLost { step }) if step.contains("stopping")),
+        "not a removal of its own: {result:?}"
+    );
+    assert_eq!((fake.calls("change_state"), fake.calls("delete")), (0, 0));
 }

@@ -243,7 +243,9 @@ async fn events_for_one_instance_are_coalesced_and_the_newest_state_is_read() {
     for i in 1..10 {
         fake.set_config("web-a", "user.note", Some(&i.to_string()));
     }
-    woken(&mut rx, 10).await;
+    // Its groups woken once the first read is done, and again once the one after the last
+    // event is: not once per event.
+    woken(&mut rx, 2).await;
     let reads = fake.calls("get");
     assert!((1..=2).contains(&reads), "{reads} reads for 10 events");
     let cached = store.instances("default", Instant::now(), Duration::MAX);
@@ -279,4 +281,40 @@ async fn a_project_no_group_uses_any_more_is_dropped_and_its_events_are_not_read
     assert!(!h.store.follows("default"));
     assert!(!h.store.snapshot().contains_key("default"));
     h.shutdown().await;
+}
+
+/// The tasks alive on this test's runtime.
+fn tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_storm_of_events_is_taken_in_without_a_task_per_event() {
+    let fake = Arc::new(FakeIncus::default());
+    let names: Vec<String> = (0..300).map(|i| format!("web-{i:03}")).collect();
+    for n in &names {
+        fake.add_owned("web", n, "Running");
+    }
+    let (store, mut rx) = follower(&fake).await;
+    let before = tasks();
+    fake.set_read_time(Some(Duration::from_millis(100)));
+    for n in &names {
+        fake.set_status(n, "Stopped");
+    }
+    // The first wake-up comes once the first reads are done: by then the follower has taken
+    // every event off the stream.
+    woken(&mut rx, 1).await;
+    let during = tasks();
+    assert!(
+        during <= before + READS_AT_ONCE,
+        "{during} tasks alive for 300 events ({before} before them)"
+    );
+    eventually("every instance read", MINUTE, || {
+        let cached = store.snapshot().remove("default").unwrap_or_default();
+        cached.len() == 300 && cached.iter().all(|(_, s)| s == "Stopped")
+    })
+    .await;
+    assert_eq!(fake.calls("get"), 300, "one read per instance");
 }

@@ -278,6 +278,30 @@ async fn a_drain_runs_before_each_removal_and_a_failed_or_slow_one_still_removes
     h.shutdown().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_instance_protected_while_it_drains_survives() {
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(90.0));
+    let toml = draining(&web(1, 2).replace("\"60s\"", "\"4s\""), "5m");
+    let h = Harness::start(&toml, fake);
+    eventually("2 running", MINUTE, || h.fake.running("web") == 2).await;
+    h.fake.set_drain(0, Some(MINUTE));
+    h.fake.set_group_memory("web", 5.0);
+    eventually("a drain", MINUTE, || h.fake.drains().len() == 1).await;
+    // Shown as draining: its operator protects it.
+    let (draining, _) = h.fake.drains().remove(0);
+    h.fake
+        .set_config(&draining, "user.incus-hpa.protected", Some("true"));
+    // The other one goes instead.
+    eventually("1 left", 5 * MINUTE, || h.fake.managed("web").len() == 1).await;
+    assert_eq!(
+        h.fake.managed("web"),
+        vec![(draining, "Running".to_owned())],
+        "the instance protected while it drained is the one left"
+    );
+    h.shutdown().await;
+}
+
 #[tokio::test]
 async fn metrics_address_serves_the_metrics_and_not_the_status() {
     use incus_hpa::control::{self, Telemetry};

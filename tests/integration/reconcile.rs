@@ -176,6 +176,10 @@ async fn a_bad_reload_keeps_the_last_good_state_and_a_removed_group_is_left_alon
         3,
         "instances of a removed group are left alone"
     );
+    // Nothing of it is left in the metrics and the status: its counters go with it.
+    let metrics = h.telemetry.metrics();
+    assert!(!metrics.contains("group=\"web\""), "{metrics}");
+    assert!(h.telemetry.status().groups.is_empty());
     let state = h.shutdown().await;
     assert!(state.groups.is_empty());
 }

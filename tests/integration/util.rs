@@ -11,6 +11,7 @@ use incus_hpa::daemon::{run_loop, Event};
 use incus_hpa::events::follow;
 use incus_hpa::informer::Store;
 use incus_hpa::lease::{Clocks, Leases};
+use incus_hpa::memory::MemorySource;
 use incus_hpa::model::{DesiredState, MemorySourceKind};
 use incus_hpa::reconciler::Context;
 use tokio::sync::mpsc::UnboundedSender;
@@ -30,6 +31,8 @@ pub struct Harness {
     pub task: JoinHandle<DesiredState>,
     /// The task that renews the leases.
     pub keeper: JoinHandle<()>,
+    /// The daemon's leases, as its loop and its fences read them.
+    pub leases: Arc<Leases>,
     pub file: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -43,12 +46,22 @@ impl Harness {
     /// Like [`Harness::start`], for a daemon whose lease holder id is `me` (several daemons on
     /// one fake Incus).
     pub fn start_as(me: &str, toml: &str, fake: Arc<FakeIncus>) -> Self {
+        let memory = fake.clone();
+        Self::start_with(me, toml, fake, memory)
+    }
+
+    /// Like [`Harness::start_as`], reading memory from `memory` rather than from the fake.
+    pub fn start_with(
+        me: &str,
+        toml: &str,
+        fake: Arc<FakeIncus>,
+        memory: Arc<dyn MemorySource>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("desired-state.toml");
         std::fs::write(&file, toml).unwrap();
         let loaded = config::load(&file).unwrap_or_else(|e| panic!("{:#?}", e.diagnostics));
         let stop = Arc::new(incus_hpa::act::Shutdown::default());
-        let memory = fake.clone();
         let sources = Arc::new(std::sync::Mutex::new(Vec::new()));
         let asked = sources.clone();
         let store = Arc::new(Store::default());
@@ -69,6 +82,7 @@ impl Harness {
                 Clocks::tokio(),
             )),
         };
+        let leases = ctx.leases.clone();
         let keeper = tokio::spawn(ctx.leases.clone().keep(fake.clone()));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(follow(
@@ -93,6 +107,7 @@ impl Harness {
             events: tx,
             task,
             keeper,
+            leases,
             file,
             _dir: dir,
         }

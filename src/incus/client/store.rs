@@ -60,6 +60,8 @@ pub(super) async fn read(client: &Client, project: &str) -> Result<LeaseHome, In
         devices: Option<serde_json::Map<String, Value>>,
         #[serde(default)]
         used_by: Option<Vec<String>>,
+        #[serde(default)]
+        project: Option<String>,
     }
     let p: Profile = serde_json::from_value(env.metadata).map_err(|e| decode(e.to_string()))?;
     Ok(LeaseHome {
@@ -67,6 +69,7 @@ pub(super) async fn read(client: &Client, project: &str) -> Result<LeaseHome, In
         description: p.description,
         devices: p.devices.unwrap_or_default(),
         used_by: p.used_by.unwrap_or_default(),
+        project: p.project.unwrap_or_default(),
         etag: etag.ok_or_else(|| decode("no ETag in the answer".into()))?,
     })
 }
