@@ -13,8 +13,10 @@ use crate::proxy::{Fault, Rule, Times};
 use crate::world::{desired, hold, World, INCUS_SOCKET};
 
 const MINUTE: Duration = Duration::from_secs(60);
-/// How long a proxy fault lasts while the daemon has a creation to make.
-const FAULT_WINDOW: Duration = Duration::from_secs(8);
+/// How long a proxy fault lasts while the daemon has a creation to make: three tries fail (at
+/// once, then 1 and 2 s later, as the daemon backs off); the fourth, 4 s after the third, finds
+/// the faults gone.
+const FAULT_WINDOW: Duration = Duration::from_secs(4);
 
 /// Decisions that lowered the desired count, in `log`.
 fn scale_downs(log: &str) -> usize {
