@@ -87,6 +87,8 @@ pub async fn observe(
                 None
             };
             ObservedInstance {
+                readiness: Default::default(),
+                address: None,
                 warm: i.config.get(WARM_KEY).is_some_and(|v| v == "true"),
                 protected: i.config.get(PROTECTED_KEY).is_some_and(|v| v == "true"),
                 created_at: i.created_nanos(),

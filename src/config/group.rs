@@ -233,6 +233,7 @@ pub(super) fn group(
         drain_command,
         drain_timeout: secs(drain_timeout, 30),
         target,
+        ready: None,
         name,
     })
 }

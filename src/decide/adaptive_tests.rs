@@ -25,6 +25,8 @@ fn adaptive(min: u32, max: u32, threshold: f64) -> GroupSpec {
 /// An instance using `mib` of a 64 MiB limit, started `age` ago.
 fn inst(n: i64, mib: u64, age: u64) -> ObservedInstance {
     ObservedInstance {
+        readiness: Default::default(),
+        address: None,
         location: String::new(),
         name: format!("web-{n}"),
         status: InstanceStatus::Running,

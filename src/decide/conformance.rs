@@ -103,6 +103,8 @@ fn instance(i: usize, request: u64, pod: Pod) -> ObservedInstance {
         Gone => (InstanceStatus::Error, None, 3600),
     };
     ObservedInstance {
+        readiness: Default::default(),
+        address: None,
         location: String::new(),
         name: format!("pod-{i}"),
         status,

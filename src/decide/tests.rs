@@ -43,12 +43,15 @@ pub(crate) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         drain_command: vec![],
         drain_timeout: Duration::from_secs(30),
         target: None,
+        ready: None,
     }
 }
 
 /// One running instance at `percent` of a 100 MiB limit, created at `created`.
 pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
     ObservedInstance {
+        readiness: Default::default(),
+        address: None,
         location: String::new(),
         name: format!("web-{created}"),
         status: InstanceStatus::Running,
@@ -67,6 +70,8 @@ pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
 
 pub(super) fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstance {
     ObservedInstance {
+        readiness: Default::default(),
+        address: None,
         location: String::new(),
         name: format!("web-{created}"),
         status,

@@ -6,7 +6,8 @@
 //! The desired state is in `spec`, where Incus is (its address and TLS files) in `endpoint`,
 //! what was observed in `observation`, the plan with its reasons, causes and actions in `plan`,
 //! and the keys the daemon writes on instances in `keys`, the host headroom (`[daemon]
-//! host_reserve`) in `headroom`, memory sizes in `size`; every name is used as
+//! host_reserve`) in `headroom`, memory sizes in `size`, readiness (`[groups.NAME.ready]`) in
+//! `serving`; every name is used as
 //! `crate::model::NAME`.
 
 mod endpoint;
@@ -14,6 +15,7 @@ mod headroom;
 mod keys;
 mod observation;
 mod plan;
+mod serving;
 pub mod size;
 mod spec;
 
@@ -25,6 +27,7 @@ pub use keys::{GROUP_KEY, OWNER_KEY, PROTECTED_KEY, UUID_KEY, WARM_KEY};
 pub use observation::{
     Foreign, InstanceStatus, Memory, Observation, ObservedInstance, Wanted, Window,
 };
+pub use serving::{Address, Probe, ReadySpec, Readiness, DEFAULT_INTERFACE};
 pub use plan::{Action, Cause, HoldWindow, Note, Plan, Reason, Room, SignalState, Summary};
 pub use spec::{
     DaemonSpec, DesiredState, ExternalSpec, GroupName, GroupSpec, MemorySourceKind, Policy,

@@ -107,6 +107,11 @@ pub struct ObservedInstance {
     pub warm: bool,
     /// A person protected it from scale-in ([`PROTECTED_KEY`](super::PROTECTED_KEY) is `true`).
     pub protected: bool,
+    /// Its readiness, from the group's checks ([`Readiness::Unchecked`] without a `ready`
+    /// table).
+    pub readiness: super::Readiness,
+    /// Its address on the group's interface, once read (only groups with checks read it).
+    pub address: super::Address,
 }
 
 /// An instance that carries the group's key but that the daemon did not create for the group:

@@ -201,6 +201,8 @@ pub struct GroupSpec {
     /// Where a cluster places new instances: a member, or `@GROUP` for a cluster group
     /// (`None`: Incus' scheduler chooses).
     pub target: Option<String>,
+    /// When an instance is ready to take requests (`None`: as soon as it runs).
+    pub ready: Option<super::ReadySpec>,
 }
 
 /// How a group's desired count follows its memory.

@@ -303,6 +303,8 @@ pub fn simulate_with(
                             .map(|i| {
                                 let ready = i.ready_at <= t;
                                 ObservedInstance {
+                                    readiness: Default::default(),
+                                    address: None,
                                     location: String::new(),
                                     name: i.name(),
                                     status: InstanceStatus::Running,

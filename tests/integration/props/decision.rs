@@ -219,6 +219,8 @@ fn observation(p: &Pass) -> Observation {
             .iter()
             .enumerate()
             .map(|(n, i)| ObservedInstance {
+                readiness: Default::default(),
+                address: None,
                 location: String::new(),
                 name: format!("i{}", n + p.offset),
                 status: i.status,

@@ -90,6 +90,8 @@ fn case() -> BoxedStrategy<(GroupSpec, Observation)> {
                 .into_iter()
                 .enumerate()
                 .map(|(n, (status, usage, at, warm))| ObservedInstance {
+                    readiness: Default::default(),
+                    address: None,
                     name: format!("web-{n}"),
                     status,
                     created_at: n as i64,

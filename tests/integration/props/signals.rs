@@ -45,6 +45,8 @@ fn observe(
                     counters[k] += u64::from(c) * interval.as_nanos() as u64 / 100;
                 }
                 ObservedInstance {
+                    readiness: Default::default(),
+                    address: None,
                     name: format!("web-{k}"),
                     status: InstanceStatus::Running,
                     created_at: k as i64,
