@@ -121,11 +121,19 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
         msg = format!("{msg}; {}", hold.describe());
     }
     let mut extra = Vec::new();
-    if c != d {
-        extra.push(format!("{c} in service"));
+    // Starting instances count toward the current count, and are not in service yet.
+    let serving = c.saturating_sub(plan.starting);
+    if c != d || plan.starting > 0 {
+        extra.push(format!("{serving} in service"));
+    }
+    if plan.starting > 0 {
+        extra.push(format!("{} starting", plan.starting));
     }
     if plan.unhealthy > 0 {
         extra.push(format!("{} unhealthy", plan.unhealthy));
+    }
+    if plan.not_ready > 0 {
+        extra.push(format!("{} not ready", plan.not_ready));
     }
     if !plan.failing.is_empty() {
         extra.push(format!("failing to start: {}", plan.failing.join(", ")));
@@ -136,10 +144,11 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
     let g = spec.name.as_str();
     let reason = plan.reason.as_str();
     let (unhealthy, paused, standby) = (plan.unhealthy, plan.paused, standby.is_some());
+    let (starting, not_ready) = (plan.starting, plan.not_ready);
     if !notable {
-        tracing::debug!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
+        tracing::debug!(group = g, current = c, desired = d, unhealthy, starting, not_ready, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
     } else {
-        tracing::info!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
+        tracing::info!(group = g, current = c, desired = d, unhealthy, starting, not_ready, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
     }
 }
 
@@ -212,6 +221,28 @@ pub fn note(spec: &GroupSpec, note: &Note) {
             "{instance} is on cluster member {member}, which does not answer: it still counts, \
              unmeasured (no scale-down meanwhile), and is replaced in {} if {member} is still \
              away (it is left where it is: nothing can be done to it there)", human(*grace)),
+        Note::NotReady {
+            instance,
+            why,
+            grace,
+        } => tracing::warn!(group = g, instance = %instance, reason = "not-ready",
+            why = %why,
+            "{instance} is not ready ({}): it is out of service, no longer counts as capacity \
+             and is replaced now; removed if it is still not ready in {}",
+            or_unknown(why), human(*grace)),
+        Note::NeverReady { instance, why } => tracing::warn!(group = g, instance = %instance,
+            reason = "never-ready", why = %why,
+            "{instance} was never ready within the start_timeout of its check ({}): a failed \
+             start, removed and replaced now (unless protected)", or_unknown(why)),
+    }
+}
+
+/// A check's failure for people: `no check has ended` when there is none yet.
+fn or_unknown(why: &str) -> &str {
+    if why.is_empty() {
+        "no check has ended"
+    } else {
+        why
     }
 }
 
@@ -253,8 +284,14 @@ pub fn status_line<'a>(
                             .map_or_else(|| "unknown".into(), |v| format!("{v:.1}"));
                         line.push_str(&format!(" {} {value}", signal.name));
                     }
+                    if s.starting > 0 {
+                        line.push_str(&format!(" ({} starting)", s.starting));
+                    }
                     if s.unhealthy > 0 {
                         line.push_str(&format!(" +{} unhealthy", s.unhealthy));
+                    }
+                    if s.not_ready > 0 {
+                        line.push_str(&format!(" +{} not ready", s.not_ready));
                     }
                     if spec.paused {
                         line.push_str(" PAUSED");
@@ -325,6 +362,9 @@ mod tests {
             desired: 2,
             unhealthy: 0,
             warm: 0,
+            starting: 0,
+            not_ready: 0,
+            instances: Vec::new(),
             failing: Vec::new(),
             utilization: Some(50.0),
             signals: Vec::new(),

@@ -33,6 +33,9 @@ fn group(name: &str, project: &str) -> GroupStatus {
         last_error: None,
         standby: None,
         scale_down_window: None,
+        starting: 0,
+        not_ready: 0,
+        instances: Vec::new(),
     }
 }
 
