@@ -43,7 +43,8 @@ pub struct LastAction {
 pub struct GroupStatus {
     pub name: String,
     pub project: String,
-    /// Instances in service (healthy, or stopped and being restarted).
+    /// Instances that count toward the desired count: healthy (starting ones included), or
+    /// stopped and being restarted.
     pub current: u32,
     pub desired: u32,
     pub min: u32,
@@ -78,6 +79,65 @@ pub struct GroupStatus {
     /// `kubernetes` policy (its window is `scale_down_stabilization`) and before the first pass.
     #[serde(default)]
     pub scale_down_window: Option<String>,
+    /// Instances counted in `current` whose ready check has not passed since their start: not
+    /// in service yet (always 0 for a group without a `ready` table).
+    #[serde(default)]
+    pub starting: u32,
+    /// Running instances its ready check took out of service (not ready, or never ready): not
+    /// counted in `current` nor in `unhealthy`, replaced.
+    #[serde(default)]
+    pub not_ready: u32,
+    /// Every instance of the group as the last pass saw it; empty before the first pass.
+    #[serde(default)]
+    pub instances: Vec<InstanceState>,
+}
+
+/// One instance of a group, as `status --json` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceState {
+    pub name: String,
+    /// `running`, `ready`, `stopped`, `frozen`, `error`, `transition` or `unreachable`.
+    pub status: String,
+    /// `unchecked` (the group has no `ready` table, or it does not run), `starting`, `ready`,
+    /// `not-ready` or `never-ready`.
+    pub readiness: String,
+    /// Why it is not ready (its check's last failure); `null` when it is, or nothing failed.
+    pub why: Option<String>,
+    /// Its address on the group's interface, when read; `null` otherwise.
+    pub address: Option<String>,
+}
+
+impl InstanceState {
+    /// The instance as the daemon's pass saw it.
+    pub fn of(i: &crate::model::InstanceView) -> Self {
+        use crate::model::InstanceStatus as S;
+        Self {
+            name: i.name.clone(),
+            status: match i.status {
+                S::Running => "running",
+                S::Ready => "ready",
+                S::Stopped => "stopped",
+                S::Frozen => "frozen",
+                S::Error => "error",
+                S::Transition => "transition",
+                S::Unreachable => "unreachable",
+            }
+            .into(),
+            readiness: i.readiness.as_str().into(),
+            why: i
+                .readiness
+                .why()
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned),
+            address: i.address.map(|a| a.to_string()),
+        }
+    }
+
+    /// In service by its status and its check: running and ready (or not checked).
+    pub fn serves(&self) -> bool {
+        matches!(self.status.as_str(), "running" | "ready")
+            && matches!(self.readiness.as_str(), "unchecked" | "ready")
+    }
 }
 
 /// One signal of a group, as `status --json` prints it.
@@ -136,6 +196,22 @@ fn signals(all: &[SignalStatus]) -> String {
     }
 }
 
+/// The CURRENT cell: `3`, or `3 (1 starting, 1 not ready)` when checks hold some back.
+fn current(g: &GroupStatus) -> String {
+    let mut aside = Vec::new();
+    if g.starting > 0 {
+        aside.push(format!("{} starting", g.starting));
+    }
+    if g.not_ready > 0 {
+        aside.push(format!("{} not ready", g.not_ready));
+    }
+    if aside.is_empty() {
+        g.current.to_string()
+    } else {
+        format!("{} ({})", g.current, aside.join(", "))
+    }
+}
+
 /// Formats a status document as a table in the style of `incus list`.
 pub fn table(status: &Status) -> String {
     let header = [
@@ -162,7 +238,7 @@ pub fn table(status: &Status) -> String {
             vec![
                 g.name.clone(),
                 g.project.clone(),
-                g.current.to_string(),
+                current(g),
                 g.desired.to_string(),
                 g.min.to_string(),
                 g.max.to_string(),

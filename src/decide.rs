@@ -5,7 +5,9 @@
 //! - **Health** (`health`): healthy instances (Running, Ready) serve; stopped ones are restarted
 //!   in place (with a backoff when they crash-loop or fail to start); unhealthy ones (in error, or
 //!   frozen or in a transition for more than a moment) are replaced and removed after a grace
-//!   period.
+//!   period. With a `[groups.NAME.ready]` check, a running instance serves once its check
+//!   passed: until then it is starting (counted, not measured); one whose checks fail after it
+//!   was ready is unhealthy; one never ready within `start_timeout` is removed and replaced.
 //! - **The desired count**, with `policy = "kubernetes"`, follows the Kubernetes HPA rule:
 //!   `ceil(n × utilization / threshold)` over the n measured healthy instances, where
 //!   utilization is their total usage over their total limits; no change while
@@ -50,7 +52,7 @@ use crate::model::{
     ScaleDownOrder, SignalState,
 };
 use bounds::{scheduled, Way};
-use health::Class;
+use health::{out_of_service, Class};
 pub use health::{
     CRASH_LIMIT, CRASH_RESET, CRASH_WINDOW, CREATING_MAX, START_FAILURE_LIMIT, UNHEALTHY_CONFIRM,
 };
@@ -133,7 +135,9 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
     // (crash-looping and expired unhealthy instances, as `actions` removes them).
     let leaving = classes
         .iter()
-        .filter(|(i, c)| !i.protected && matches!(c, Class::Retire | Class::Expired))
+        .filter(|(i, c)| {
+            !i.protected && matches!(c, Class::Retire | Class::Expired | Class::NeverReady)
+        })
         .count() as u32;
     let step = |desired| limit_step(spec, base, capacity, leaving, desired, history, now);
     let (desired, reason, step_limited) = match way {
@@ -200,10 +204,18 @@ pub fn decide(spec: &GroupSpec, obs: &Observation, history: &mut History, now: I
         })
         .min()
         .map(|t| t.saturating_duration_since(now));
+    // Instances their checks took out of service are counted apart from the unhealthy ones.
+    let not_ready = classes
+        .iter()
+        .filter(|(i, c)| c.is_unhealthy() && out_of_service(i))
+        .count() as u32;
     Plan {
         current: capacity,
         healthy,
-        unhealthy: count(&classes, |c| c.is_unhealthy()),
+        unhealthy: count(&classes, |c| c.is_unhealthy()) - not_ready,
+        starting: count(&classes, |c| c == Class::Starting),
+        not_ready,
+        instances: obs.instances.iter().map(Into::into).collect(),
         warm: count(&classes, |c| c == Class::Warm),
         failing: classes
             .iter()
@@ -350,9 +362,10 @@ fn recommend(
 
 /// Turns classes and counts into steps: starts of stopped instances; promotions of warm
 /// instances, then creations, up to the desired count; removals down to it (restartable stopped
-/// instances first, then healthy ones in the group's `scale_down_order`; never one whose start
-/// failed, never a protected one); removals of instances that crashed too often or stayed
-/// unhealthy too long (unless protected); and, last, the warm pool brought back to its size.
+/// instances and starting ones first, as Kubernetes removes pods that are not ready first, then
+/// healthy ones in the group's `scale_down_order`; never one whose start failed, never a
+/// protected one); removals of instances that crashed too often, stayed unhealthy too long or
+/// were never ready (unless protected); and, last, the warm pool brought back to its size.
 /// Starts and creations come first: they restore service. Also returns how many removals
 /// protection prevented.
 fn actions(
@@ -375,6 +388,7 @@ fn actions(
             .iter()
             .filter(|(_, c)| c.is_capacity() && !c.keep())
             .collect();
+        // Instances not in service yet (stopped, starting) go before those that serve.
         let rank = |c: &Class| u8::from(*c == Class::Healthy);
         let mut order: Vec<_> = removable
             .iter()
@@ -398,6 +412,7 @@ fn actions(
         match c {
             Class::Retire => removed.push((&i.name, Cause::CrashLoop)),
             Class::Expired => removed.push((&i.name, Cause::Unhealthy)),
+            Class::NeverReady => removed.push((&i.name, Cause::NeverReady)),
             _ => {}
         }
     }
@@ -516,6 +531,8 @@ mod conformance;
 mod headroom_tests;
 #[cfg(test)]
 mod health_tests;
+#[cfg(test)]
+mod ready_tests;
 #[cfg(test)]
 mod step_tests;
 #[cfg(test)]

@@ -120,13 +120,7 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
     }) {
         msg = format!("{msg}; {}", hold.describe());
     }
-    let mut extra = Vec::new();
-    if c != d {
-        extra.push(format!("{c} in service"));
-    }
-    if plan.unhealthy > 0 {
-        extra.push(format!("{} unhealthy", plan.unhealthy));
-    }
+    let mut extra = counts(plan);
     if !plan.failing.is_empty() {
         extra.push(format!("failing to start: {}", plan.failing.join(", ")));
     }
@@ -136,11 +130,33 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
     let g = spec.name.as_str();
     let reason = plan.reason.as_str();
     let (unhealthy, paused, standby) = (plan.unhealthy, plan.paused, standby.is_some());
+    let (starting, not_ready) = (plan.starting, plan.not_ready);
     if !notable {
-        tracing::debug!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
+        tracing::debug!(group = g, current = c, desired = d, unhealthy, starting, not_ready, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
     } else {
-        tracing::info!(group = g, current = c, desired = d, unhealthy, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
+        tracing::info!(group = g, current = c, desired = d, unhealthy, starting, not_ready, utilization = %util_field, reason, paused, standby, "{g}: {msg}");
     }
+}
+
+/// What a decision line adds about the instances: "2 in service, 1 starting, 1 not ready".
+/// A starting instance counts toward the current count and is not in service yet.
+fn counts(plan: &Plan) -> Vec<String> {
+    let (c, d) = (plan.current, plan.desired);
+    let mut extra = Vec::new();
+    let serving = c.saturating_sub(plan.starting);
+    if c != d || plan.starting > 0 {
+        extra.push(format!("{serving} in service"));
+    }
+    if plan.starting > 0 {
+        extra.push(format!("{} starting", plan.starting));
+    }
+    if plan.unhealthy > 0 {
+        extra.push(format!("{} unhealthy", plan.unhealthy));
+    }
+    if plan.not_ready > 0 {
+        extra.push(format!("{} not ready", plan.not_ready));
+    }
+    extra
 }
 
 /// The first signal whose name starts with `prefix`, as "cpu 82.0% above target 70%" (or
@@ -212,6 +228,28 @@ pub fn note(spec: &GroupSpec, note: &Note) {
             "{instance} is on cluster member {member}, which does not answer: it still counts, \
              unmeasured (no scale-down meanwhile), and is replaced in {} if {member} is still \
              away (it is left where it is: nothing can be done to it there)", human(*grace)),
+        Note::NotReady {
+            instance,
+            why,
+            grace,
+        } => tracing::warn!(group = g, instance = %instance, reason = "not-ready",
+            why = %why,
+            "{instance} is not ready ({}): it is out of service, no longer counts as capacity \
+             and is replaced now; removed if it is still not ready in {}",
+            or_unknown(why), human(*grace)),
+        Note::NeverReady { instance, why } => tracing::warn!(group = g, instance = %instance,
+            reason = "never-ready", why = %why,
+            "{instance} was never ready within the start_timeout of its check ({}): a failed \
+             start, removed and replaced now (unless protected)", or_unknown(why)),
+    }
+}
+
+/// A check's failure for people: `no check has ended` when there is none yet.
+fn or_unknown(why: &str) -> &str {
+    if why.is_empty() {
+        "no check has ended"
+    } else {
+        why
     }
 }
 
@@ -253,8 +291,14 @@ pub fn status_line<'a>(
                             .map_or_else(|| "unknown".into(), |v| format!("{v:.1}"));
                         line.push_str(&format!(" {} {value}", signal.name));
                     }
+                    if s.starting > 0 {
+                        line.push_str(&format!(" ({} starting)", s.starting));
+                    }
                     if s.unhealthy > 0 {
                         line.push_str(&format!(" +{} unhealthy", s.unhealthy));
+                    }
+                    if s.not_ready > 0 {
+                        line.push_str(&format!(" +{} not ready", s.not_ready));
                     }
                     if spec.paused {
                         line.push_str(" PAUSED");
@@ -317,6 +361,87 @@ mod tests {
             .unwrap()
     }
 
+    /// The plan of a first pass over `instances` of a group at 50 % for a 50 % target.
+    fn plan_of(readiness: &[crate::model::Readiness]) -> Plan {
+        use crate::model::{InstanceStatus, Memory, Observation, ObservedInstance};
+        let instances = readiness
+            .iter()
+            .enumerate()
+            .map(|(k, r)| ObservedInstance {
+                name: format!("web-{k}"),
+                status: InstanceStatus::Running,
+                created_at: k as i64,
+                since_start: Some(Duration::from_secs(60)),
+                memory: Some(Memory {
+                    usage: 50,
+                    limit: 100,
+                    ..Default::default()
+                }),
+                location: String::new(),
+                warm: false,
+                protected: false,
+                readiness: r.clone(),
+                address: None,
+            })
+            .collect();
+        let obs = Observation {
+            instances,
+            ..Default::default()
+        };
+        let mut history = crate::decide::History::default();
+        crate::decide::decide(
+            &spec("web"),
+            &obs,
+            &mut history,
+            tokio::time::Instant::now(),
+        )
+    }
+
+    #[test]
+    fn a_decision_says_how_many_instances_serve_and_how_many_start() {
+        use crate::model::Readiness;
+        let starting = Readiness::Starting { why: String::new() };
+        let p = plan_of(&[Readiness::Ready, starting.clone()]);
+        assert_eq!((p.current, p.desired), (2, 2));
+        assert_eq!(counts(&p), ["1 in service", "1 starting"]);
+        let not_ready = Readiness::NotReady {
+            why: "HTTP 503".into(),
+        };
+        let p = plan_of(&[Readiness::Ready, not_ready]);
+        // A first pass takes the capacity there is as the desired count: 1, met.
+        assert_eq!((p.current, p.desired), (1, 1));
+        assert_eq!(counts(&p), ["1 not ready"]);
+        // Without checks, as before: nothing when the count is the desired one.
+        let p = plan_of(&[Readiness::Unchecked, Readiness::Unchecked]);
+        assert!(counts(&p).is_empty(), "{:?}", counts(&p));
+    }
+
+    #[test]
+    fn the_status_line_says_what_starts_and_what_is_not_ready() {
+        let spec = spec("web");
+        let s = Summary {
+            current: 3,
+            desired: 3,
+            unhealthy: 0,
+            warm: 0,
+            starting: 1,
+            not_ready: 1,
+            instances: Vec::new(),
+            failing: Vec::new(),
+            utilization: Some(50.0),
+            signals: Vec::new(),
+            reason: Reason::WithinTolerance,
+            error: None,
+            standby: None,
+            hold: None,
+        };
+        let line = status_line(std::iter::once((&spec, Some(&s))));
+        assert_eq!(
+            line,
+            "web 3/3 mem 50.0% (target 50%) (1 starting) +1 not ready"
+        );
+    }
+
     #[test]
     fn the_status_line_stays_short_however_many_groups_fail() {
         let specs: Vec<GroupSpec> = (0..500).map(|i| spec(&format!("group-{i}"))).collect();
@@ -325,6 +450,9 @@ mod tests {
             desired: 2,
             unhealthy: 0,
             warm: 0,
+            starting: 0,
+            not_ready: 0,
+            instances: Vec::new(),
             failing: Vec::new(),
             utilization: Some(50.0),
             signals: Vec::new(),

@@ -156,7 +156,7 @@ impl Default for Telemetry {
         let instances = Family::<InstanceLabels, Gauge>::default();
         registry.register(
             "instances",
-            "Instances of a group by state: current (in service), desired, min, max, unhealthy, warm, failing (to start)",
+            "Instances of a group by state: current (in service or starting), desired, min, max, unhealthy, warm, failing (to start); by their ready check: ready (running and in service), starting, not_ready",
             instances.clone(),
         );
         let utilization = Family::default();
@@ -355,6 +355,12 @@ impl Telemetry {
                 ("unhealthy", g.unhealthy),
                 ("warm", g.warm),
                 ("failing", g.failing.len() as u32),
+                (
+                    "ready",
+                    g.instances.iter().filter(|i| i.serves()).count() as u32,
+                ),
+                ("starting", g.starting),
+                ("not_ready", g.not_ready),
             ] {
                 self.instances
                     .get_or_create(&InstanceLabels {

@@ -33,6 +33,9 @@ fn group(name: &str, project: &str) -> GroupStatus {
         last_error: None,
         standby: None,
         scale_down_window: None,
+        starting: 0,
+        not_ready: 0,
+        instances: Vec::new(),
     }
 }
 
@@ -101,4 +104,77 @@ fn endpoints_name_no_instance_nor_operation() {
         "/1.0/operations/{id}/wait"
     );
     assert_eq!(endpoint("/1.0/metrics?project=p"), "/1.0/metrics");
+}
+
+#[test]
+fn readiness_shows_in_the_metrics_and_the_json_document() {
+    use crate::model::{InstanceStatus, InstanceView, Readiness};
+    let views = [
+        InstanceView {
+            name: "web-a".into(),
+            status: InstanceStatus::Running,
+            readiness: Readiness::Ready,
+            address: Some("10.0.0.2".parse().unwrap()),
+        },
+        InstanceView {
+            name: "web-b".into(),
+            status: InstanceStatus::Running,
+            readiness: Readiness::Starting {
+                why: "connection refused".into(),
+            },
+            address: None,
+        },
+        InstanceView {
+            name: "web-c".into(),
+            status: InstanceStatus::Running,
+            readiness: Readiness::NotReady {
+                why: "HTTP 503".into(),
+            },
+            address: Some("10.0.0.4".parse().unwrap()),
+        },
+    ];
+    let g = GroupStatus {
+        starting: 1,
+        not_ready: 1,
+        instances: views.iter().map(InstanceState::of).collect(),
+        ..group("web", "default")
+    };
+    let t = Telemetry::default();
+    t.publish(Status {
+        groups: vec![g.clone()],
+    });
+    let m = t.metrics();
+    for (state, n) in [
+        ("current", 2),
+        ("ready", 1),
+        ("starting", 1),
+        ("not_ready", 1),
+    ] {
+        let line = format!(
+            "incus_hpa_instances{{group=\"web\",project=\"default\",state=\"{state}\"}} {n}"
+        );
+        assert!(m.contains(&line), "{line} not in:\n{m}");
+    }
+
+    let json = serde_json::to_value(&g).unwrap();
+    assert_eq!(json["starting"], 1);
+    assert_eq!(json["not_ready"], 1);
+    assert_eq!(
+        json["instances"][1],
+        serde_json::json!({"name": "web-b", "status": "running", "readiness": "starting",
+            "why": "connection refused", "address": null})
+    );
+    assert_eq!(json["instances"][0]["address"], "10.0.0.2");
+    assert_eq!(json["instances"][0]["why"], serde_json::Value::Null);
+    assert_eq!(json["instances"][2]["readiness"], "not-ready");
+    // A document without them (an older daemon's) still reads.
+    let mut old = json.clone();
+    for key in ["starting", "not_ready", "instances"] {
+        old.as_object_mut().unwrap().remove(key);
+    }
+    let back: GroupStatus = serde_json::from_value(old).unwrap();
+    assert_eq!((back.starting, back.instances.len()), (0, 0));
+
+    let table = table(&Status { groups: vec![g] });
+    assert!(table.contains("2 (1 starting, 1 not ready)"), "{table}");
 }

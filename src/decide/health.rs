@@ -1,6 +1,14 @@
 //! Health: what each of the group's instances is worth now, and what it needs.
 //!
-//! - **Healthy** (Running or Ready): capacity, measured.
+//! - **Healthy** (Running or Ready): capacity, measured. With a `[groups.NAME.ready]` check,
+//!   only once its check passed (its readiness is `ready`):
+//!   - **Starting** (running, its check has not passed since its start): capacity (so no
+//!     instance is created for it), not measured (a missing reading: 0 % on the way up, no
+//!     scale-down meanwhile), the first a scale-down removes;
+//!   - **not ready** (its checks failed `failures` times in a row after it was ready): as an
+//!     unhealthy one (below), from when it was first seen not ready; no confirmation wait;
+//!   - **never ready** (not ready within `start_timeout` of its start): a failed start,
+//!     removed and replaced at once (`never-ready`), unless protected.
 //! - **Stopped**: repaired in place, and counted as capacity meanwhile (a replacement would meet
 //!   whatever stopped it): started again at once, unless it is crash-looping or its start
 //!   failed, in which case it waits for its backoff. A stop less than [`CRASH_WINDOW`] after its
@@ -32,7 +40,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::model::{Cause, GroupSpec, InstanceStatus, Note, ObservedInstance, RESTART_BACKOFF_MAX};
+use crate::model::{
+    Cause, GroupSpec, InstanceStatus, Note, ObservedInstance, Readiness, RESTART_BACKOFF_MAX,
+};
 
 /// A stop this soon after the instance's start is a crash.
 pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
@@ -66,12 +76,21 @@ pub(super) struct Tracked {
     creating_until: Option<Instant>,
     /// Its failing to start was reported.
     failing_said: bool,
+    /// First seen running and not ready by its checks (since it was ready).
+    not_ready_since: Option<Instant>,
+    /// Its being not ready (or never ready) was reported.
+    not_ready_said: bool,
 }
 
 /// What one instance is worth in this pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Class {
     Healthy,
+    /// Running, and its check has not passed yet since its start: counted, not measured, the
+    /// first chosen by a scale-down.
+    Starting,
+    /// Running, and not ready within its check's `start_timeout`: removed and replaced now.
+    NeverReady,
     /// Stopped: started in this pass, for this cause.
     StartNow(Cause),
     /// Stopped: started once its backoff has passed.
@@ -118,6 +137,7 @@ impl Class {
         matches!(
             self,
             Class::Healthy
+                | Class::Starting
                 | Class::StartNow(_)
                 | Class::Waiting { .. }
                 | Class::Suspect { .. }
@@ -146,7 +166,11 @@ impl Class {
     pub(super) fn is_unhealthy(self) -> bool {
         matches!(
             self,
-            Class::Retire | Class::Unhealthy { .. } | Class::Expired | Class::Lost
+            Class::Retire
+                | Class::Unhealthy { .. }
+                | Class::Expired
+                | Class::Lost
+                | Class::NeverReady
         )
     }
 }
@@ -177,6 +201,15 @@ fn is_warm(inst: &ObservedInstance) -> bool {
     inst.warm && inst.status == InstanceStatus::Stopped
 }
 
+/// A running instance its checks took out of service (not ready, or never ready).
+pub(super) fn out_of_service(inst: &ObservedInstance) -> bool {
+    inst.status.is_healthy()
+        && matches!(
+            inst.readiness,
+            Readiness::NotReady { .. } | Readiness::NeverReady { .. }
+        )
+}
+
 /// An instance in `status` since `since` counts as unhealthy: in Error at once, frozen or in a
 /// transition after [`UNHEALTHY_CONFIRM`].
 fn confirmed(status: InstanceStatus, since: Instant, now: Instant) -> bool {
@@ -194,6 +227,10 @@ impl Tracked {
         if is_warm(inst) {
             return None;
         }
+        if !out_of_service(inst) {
+            self.not_ready_since = None;
+            self.not_ready_said = false;
+        }
         match inst.status {
             s if s.is_healthy() => {
                 self.ran = true;
@@ -206,7 +243,7 @@ impl Tracked {
                 if inst.since_start.is_some_and(|d| d >= CRASH_RESET) {
                     self.crashes = 0;
                 }
-                None
+                self.checks(spec, inst, now)
             }
             InstanceStatus::Unreachable => {
                 let since = *self.unhealthy_since.get_or_insert(now);
@@ -275,13 +312,56 @@ impl Tracked {
         }
     }
 
+    /// What a healthy instance's checks tell that is new: it went out of service (not
+    /// ready), or it never came into service (never ready).
+    fn checks(&mut self, spec: &GroupSpec, inst: &ObservedInstance, now: Instant) -> Option<Note> {
+        let instance = inst.name.clone();
+        match &inst.readiness {
+            Readiness::NotReady { why } => {
+                let since = *self.not_ready_since.get_or_insert(now);
+                if std::mem::replace(&mut self.not_ready_said, true) {
+                    return None;
+                }
+                Some(Note::NotReady {
+                    instance,
+                    why: why.clone(),
+                    grace: spec
+                        .unhealthy_grace
+                        .saturating_sub(now.saturating_duration_since(since)),
+                })
+            }
+            Readiness::NeverReady { why } => {
+                if std::mem::replace(&mut self.not_ready_said, true) {
+                    return None;
+                }
+                Some(Note::NeverReady {
+                    instance,
+                    why: why.clone(),
+                })
+            }
+            Readiness::Unchecked | Readiness::Starting { .. } | Readiness::Ready => None,
+        }
+    }
+
     /// What the instance is worth now (after [`Tracked::observe`]).
     pub(super) fn class(&self, spec: &GroupSpec, inst: &ObservedInstance, now: Instant) -> Class {
         if is_warm(inst) {
             return Class::Warm;
         }
         match inst.status {
-            s if s.is_healthy() => Class::Healthy,
+            s if s.is_healthy() => match inst.readiness {
+                Readiness::Unchecked | Readiness::Ready => Class::Healthy,
+                Readiness::Starting { .. } => Class::Starting,
+                Readiness::NeverReady { .. } => Class::NeverReady,
+                Readiness::NotReady { .. } => {
+                    let since = self.not_ready_since.unwrap_or(now);
+                    if now.saturating_duration_since(since) >= spec.unhealthy_grace {
+                        Class::Expired
+                    } else {
+                        Class::Unhealthy { since }
+                    }
+                }
+            },
             InstanceStatus::Stopped => {
                 if let Some(until) = self.creating_until.filter(|t| *t > now) {
                     Class::Creating { until }

@@ -323,7 +323,8 @@ fn journal(p: &mut Page) {
     p.entry(
         vec![bold("Decisions")],
         "One entry per group when a pass acts or decides differently from the pass before: \
-         GROUP, CURRENT (instances in service), DESIRED, UNHEALTHY, UTILIZATION (percent, or \
+         GROUP, CURRENT (instances in service, starting ones included), DESIRED, UNHEALTHY, \
+         STARTING and NOT_READY (by the group's ready check), UTILIZATION (percent, or \
          unknown), REASON, PAUSED, STANDBY (true when this daemon does not act on the group: another \
          holds its lease, its own lease is not confirmed yet, or the project's lease store \
          cannot be used).",
@@ -338,7 +339,7 @@ fn journal(p: &mut Page) {
         vec![bold("Instances")],
         "A warning about one instance: GROUP, INSTANCE and REASON: crash-loop (with CRASHES), \
          unhealthy (STATUS), failing-start (FAILURES), unreachable (MEMBER: its cluster member \
-         does not answer), foreign (it carries the group's key, but the daemon did not create \
+         does not answer), not-ready and never-ready (WHY: its check's last failure), foreign (it carries the group's key, but the daemon did not create \
          it, and it is left alone).",
     );
     p.subsection("REASON of a decision");
@@ -447,7 +448,7 @@ fn reason(r: Reason) -> &'static str {
 }
 
 /// Every reason of an action, in the page's order (see [`REASONS`]).
-pub const CAUSES: [Cause; 11] = [
+pub const CAUSES: [Cause; 12] = [
     Cause::BelowMin,
     Cause::AboveMax,
     Cause::ScaleUp,
@@ -458,6 +459,7 @@ pub const CAUSES: [Cause; 11] = [
     Cause::CrashLoop,
     Cause::StartRetry,
     Cause::Unhealthy,
+    Cause::NeverReady,
     Cause::WarmPool,
 ];
 
@@ -481,6 +483,11 @@ fn cause(c: Cause) -> &'static str {
         Cause::Unhealthy => {
             "An instance unhealthy for longer than unhealthy_grace is removed (it was replaced \
              already)."
+        }
+        Cause::NeverReady => {
+            "An instance not ready within the start_timeout of its [groups.NAME.ready] check \
+             after its start is removed (a failed start; its replacement is made in the same \
+             pass)."
         }
         Cause::WarmPool => "The warm pool is refilled, or shrunk to its size.",
     }

@@ -5,7 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::observation::InstanceStatus;
+use super::observation::{InstanceStatus, ObservedInstance};
+use super::serving::{Address, Readiness};
 
 /// Why a plan is what it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +113,9 @@ pub enum Cause {
     Unhealthy,
     /// The warm pool is refilled, or shrunk to its size.
     WarmPool,
+    /// Never ready within the `start_timeout` of its `[groups.NAME.ready]` check after its
+    /// start: a failed start, removed and replaced at once.
+    NeverReady,
 }
 
 impl Cause {
@@ -129,6 +133,7 @@ impl Cause {
             Cause::StartRetry => "start-retry",
             Cause::Unhealthy => "unhealthy",
             Cause::WarmPool => "warm-pool",
+            Cause::NeverReady => "never-ready",
         }
     }
 }
@@ -218,17 +223,60 @@ pub enum Note {
         member: String,
         grace: Duration,
     },
+    /// It was ready, and its checks just failed `failures` times in a row (`why`: the last
+    /// failure): out of service, replaced at once, removed if still not ready after the grace
+    /// period.
+    NotReady {
+        instance: String,
+        why: String,
+        grace: Duration,
+    },
+    /// It was not ready within its check's `start_timeout` after its start (`why`: the last
+    /// failure): a failed start, removed and replaced now (unless protected).
+    NeverReady { instance: String, why: String },
+}
+
+/// One instance of a group as a pass saw it: what `status --json` lists per instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceView {
+    pub name: String,
+    pub status: InstanceStatus,
+    pub readiness: Readiness,
+    /// Its address on the group's interface, when read (groups with a network check).
+    pub address: Address,
+}
+
+impl From<&ObservedInstance> for InstanceView {
+    fn from(i: &ObservedInstance) -> Self {
+        Self {
+            name: i.name.clone(),
+            status: i.status,
+            readiness: i.readiness.clone(),
+            address: i.address,
+        }
+    }
 }
 
 /// The outcome of `decide` for one group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    /// Capacity now: healthy instances and stopped ones being restarted in place.
+    /// Capacity now: healthy instances (starting ones too) and stopped ones being restarted
+    /// in place.
     pub current: u32,
-    /// Healthy instances (Running or Ready).
+    /// Healthy instances (Running or Ready) in service: not starting, not failing their
+    /// checks.
     pub healthy: u32,
-    /// Instances that do not count as capacity (frozen, in error, in a transition).
+    /// Instances that do not count as capacity (frozen, in error, in a transition), not
+    /// counting those that run and fail their checks (`not_ready`).
     pub unhealthy: u32,
+    /// Running instances whose check has not passed yet since their start: counted in
+    /// `current`, not measured, not in service.
+    pub starting: u32,
+    /// Running instances out of service by their checks (not ready, or never ready): not
+    /// capacity, replaced.
+    pub not_ready: u32,
+    /// Every instance of the group, as observed.
+    pub instances: Vec<InstanceView>,
     /// Stopped instances of the warm pool.
     pub warm: u32,
     /// Instances whose start failed too often in a row: not capacity, left in place.
@@ -351,6 +399,12 @@ pub struct Summary {
     pub desired: u32,
     pub unhealthy: u32,
     pub warm: u32,
+    /// Instances counted in `current` whose check has not passed yet since their start.
+    pub starting: u32,
+    /// Running instances out of service by their checks.
+    pub not_ready: u32,
+    /// Every instance of the group, as the last pass saw it.
+    pub instances: Vec<InstanceView>,
     /// Instances whose start keeps failing (not capacity, left in place).
     pub failing: Vec<String>,
     pub utilization: Option<f64>,

@@ -30,7 +30,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use crate::act::Shutdown;
-use crate::control::{GroupStatus, LastAction, Status, Telemetry};
+use crate::control::{GroupStatus, InstanceState, LastAction, Status, Telemetry};
 use crate::headroom::Round;
 use crate::incus::Incus;
 use crate::informer::Store;
@@ -412,6 +412,11 @@ impl Reconciler {
                     last_error: last.and_then(|l| l.error.clone()),
                     standby: last.and_then(|l| l.standby.clone()),
                     scale_down_window: last.and_then(|l| l.hold).map(|h| h.describe()),
+                    starting: last.map_or(0, |l| l.starting),
+                    not_ready: last.map_or(0, |l| l.not_ready),
+                    instances: last
+                        .map(|l| l.instances.iter().map(InstanceState::of).collect())
+                        .unwrap_or_default(),
                 }
             })
             .collect();

@@ -222,6 +222,7 @@ pub(super) async fn reconcile(
     for note in &plan.notes {
         report::note(spec, note);
     }
+    // An instance coming into service (or going out of it) by its check is news too.
     let changed = last.as_ref().is_none_or(|p| {
         (p.current, p.desired, p.reason, &p.standby, &p.failing)
             != (
@@ -231,6 +232,7 @@ pub(super) async fn reconcile(
                 &standby,
                 &plan.failing,
             )
+            || (p.starting, p.not_ready) != (plan.starting, plan.not_ready)
     });
     let busy = standby.is_none() && !plan.actions.is_empty();
     report::decision(spec, &plan, changed || busy, standby.as_deref());
@@ -239,6 +241,9 @@ pub(super) async fn reconcile(
         desired: plan.desired,
         unhealthy: plan.unhealthy,
         warm: plan.warm,
+        starting: plan.starting,
+        not_ready: plan.not_ready,
+        instances: plan.instances.clone(),
         failing: plan.failing.clone(),
         utilization: plan.utilization,
         signals: plan.signals.clone(),

@@ -222,6 +222,9 @@ pub fn web_status() -> incus_hpa::control::Status {
             scale_down_window: Some(
                 "holding 1m 30s after drops (learned: 3 of the last hour's 5 drops came back within 1m 30s)".into(),
             ),
+            starting: 0,
+            not_ready: 0,
+            instances: Vec::new(),
         }],
     }
 }
