@@ -138,3 +138,65 @@ pub async fn observe(
         ..Default::default()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::model::{Probe, ReadySpec};
+    use crate::ready::Seen;
+
+    fn instance(status: &str, started: &str) -> Instance {
+        Instance {
+            name: "web-a".into(),
+            status: status.into(),
+            config: HashMap::new(),
+            created_at: String::new(),
+            last_used_at: started.into(),
+            project: "default".into(),
+            location: String::new(),
+            unreachable: false,
+        }
+    }
+
+    #[test]
+    fn readiness_is_the_board_s_for_the_instance_s_start() {
+        let mut spec = crate::decide::tests::spec(1, 3, 50.0);
+        let board = Board::default();
+        let running = instance("Running", "2026-12-03T10:00:00Z");
+        // No checks: unchecked, whatever the board says.
+        assert_eq!(
+            readiness(&board, &spec, &running),
+            (Readiness::Unchecked, None)
+        );
+        spec.ready = Some(ReadySpec::with_probe(Probe::Tcp { port: 80 }));
+        // Not checked yet.
+        let starting = Readiness::Starting { why: String::new() };
+        assert_eq!(readiness(&board, &spec, &running), (starting.clone(), None));
+        let ip: std::net::IpAddr = "10.1.2.3".parse().unwrap();
+        board.set(
+            "default",
+            "web",
+            "web-a",
+            Seen {
+                start: "2026-12-03T10:00:00Z".into(),
+                readiness: Readiness::Ready,
+                address: Some(ip),
+            },
+        );
+        assert_eq!(
+            readiness(&board, &spec, &running),
+            (Readiness::Ready, Some(ip))
+        );
+        // Started again since it was checked: starting again.
+        let again = instance("Running", "2026-12-03T10:05:00Z");
+        assert_eq!(readiness(&board, &spec, &again), (starting, None));
+        // Not running: unchecked.
+        let stopped = instance("Stopped", "2026-12-03T10:00:00Z");
+        assert_eq!(
+            readiness(&board, &spec, &stopped),
+            (Readiness::Unchecked, None)
+        );
+    }
+}

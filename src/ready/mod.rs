@@ -347,27 +347,72 @@ impl Round<'_> {
 
 /// One line in the log for a change of readiness.
 fn tell(group: &str, name: &str, change: &Change) {
+    let line = describe(name, change);
+    match change {
+        Change::Ready { .. } => tracing::info!(group, instance = name, "{line}"),
+        Change::NotReady { .. } | Change::NeverReady { .. } => {
+            tracing::warn!(group, instance = name, "{line}")
+        }
+    }
+}
+
+/// What the log says of a change of readiness of `name`.
+fn describe(name: &str, change: &Change) -> String {
     match change {
         Change::Ready {
             detail,
             after,
             again: false,
-        } => tracing::info!(
-            group,
-            instance = name,
+        } => format!(
             "{name} is ready ({detail} after {:.1}s)",
             after.as_secs_f64()
         ),
-        Change::Ready { detail, .. } => {
-            tracing::info!(group, instance = name, "{name} is ready again ({detail})")
+        Change::Ready { detail, .. } => format!("{name} is ready again ({detail})"),
+        Change::NotReady { why, failed } => {
+            format!("{name} is not ready: {failed} checks in a row failed ({why}): out of service")
         }
-        Change::NotReady { why, failed } => tracing::warn!(
-            group,
-            instance = name,
-            "{name} is not ready: {failed} checks in a row failed ({why}): out of service"
-        ),
-        Change::NeverReady { why } => {
-            tracing::warn!(group, instance = name, "{name} was never ready: {why}")
-        }
+        Change::NeverReady { why } => format!("{name} was never ready: {why}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_say_what_changed_and_why() {
+        let ready = Change::Ready {
+            detail: "HTTP 200".into(),
+            after: Duration::from_millis(3240),
+            again: false,
+        };
+        assert_eq!(
+            describe("web-abc123", &ready),
+            "web-abc123 is ready (HTTP 200 after 3.2s)"
+        );
+        let again = Change::Ready {
+            detail: "connected".into(),
+            after: Duration::from_secs(90),
+            again: true,
+        };
+        assert_eq!(
+            describe("web-a", &again),
+            "web-a is ready again (connected)"
+        );
+        let out = Change::NotReady {
+            why: "HTTP 503".into(),
+            failed: 3,
+        };
+        assert_eq!(
+            describe("web-a", &out),
+            "web-a is not ready: 3 checks in a row failed (HTTP 503): out of service"
+        );
+        let never = Change::NeverReady {
+            why: "not ready within 2m of its start: connection refused".into(),
+        };
+        assert_eq!(
+            describe("web-a", &never),
+            "web-a was never ready: not ready within 2m of its start: connection refused"
+        );
     }
 }
