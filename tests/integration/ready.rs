@@ -5,7 +5,7 @@
 //! These run in real time (short periods): the checks are real connections, which a paused
 //! clock would time out whenever it jumps ahead while one is in flight.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -73,16 +73,19 @@ async fn server(unready: u32) -> Server {
     }
 }
 
-/// `state` with an HTTP check of `GET :port/ready` for every group, every 300 ms.
-fn checked(mut state: DesiredState, port: u16) -> DesiredState {
+/// `state` with an HTTP check of `GET :port/ready` for every group, every 300 ms; with
+/// `start_timeout` when given.
+fn checked(mut state: DesiredState, port: u16, start_timeout: Option<Duration>) -> DesiredState {
     for g in state.groups.values_mut() {
+        let spec = ReadySpec::with_probe(Probe::Http {
+            port,
+            path: "/ready".into(),
+        });
         g.ready = Some(ReadySpec {
             period: Duration::from_millis(300),
             timeout: Duration::from_millis(250),
-            ..ReadySpec::with_probe(Probe::Http {
-                port,
-                path: "/ready".into(),
-            })
+            start_timeout: start_timeout.unwrap_or(spec.start_timeout),
+            ..spec
         });
     }
     state
@@ -99,11 +102,21 @@ struct Daemon {
 }
 
 fn start(toml: &str, fake: Arc<FakeIncus>, port: u16) -> Daemon {
+    start_with(toml, fake, port, None)
+}
+
+/// Like [`start`], with the checks' `start_timeout` when given.
+fn start_with(
+    toml: &str,
+    fake: Arc<FakeIncus>,
+    port: u16,
+    start_timeout: Option<Duration>,
+) -> Daemon {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("desired-state.toml");
     std::fs::write(&file, toml).unwrap();
     let loaded = config::load(&file).unwrap_or_else(|e| panic!("{:#?}", e.diagnostics));
-    let state = checked(loaded.state, port);
+    let state = checked(loaded.state, port, start_timeout);
     let store = Arc::new(Store::default());
     let telemetry = Arc::new(incus_hpa::control::Telemetry::default());
     let board = Arc::new(Board::default());
@@ -136,7 +149,7 @@ fn start(toml: &str, fake: Arc<FakeIncus>, port: u16) -> Daemon {
         state.clone(),
         Box::new(move || {
             config::load(&file).map(|mut l| {
-                l.state = checked(l.state, port);
+                l.state = checked(l.state, port, start_timeout);
                 l
             })
         }),
@@ -277,6 +290,27 @@ async fn an_instance_without_an_address_is_starting_until_it_has_one() {
 }
 
 #[tokio::test]
+async fn an_instance_never_ready_within_start_timeout_is_a_failed_start() {
+    // Always 503 (u32::MAX unready answers).
+    let srv = server(u32::MAX).await;
+    let fake = Arc::new(FakeIncus::default());
+    fake.add_owned("web", "web-aaaaaa", "Running");
+    let d = start_with(
+        &web(1, 1),
+        fake.clone(),
+        srv.port,
+        Some(Duration::from_secs(1)),
+    );
+    let why = "not ready within 1s of its start: HTTP 503";
+    until("never ready", Duration::from_secs(20), || {
+        (readiness(&d.board, "web-aaaaaa") == Some(Readiness::NeverReady { why: why.into() }))
+            .then_some(())
+    })
+    .await;
+    d.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_command_check_runs_through_incus_exec() {
     let fake = FakeIncus::default();
     fake.add_owned("web", "web-aaaaaa", "Running");
@@ -308,7 +342,6 @@ async fn a_command_check_runs_through_incus_exec() {
         checker.check(&fake, target, &quick).await,
         Err("timed out after 100ms".into())
     );
-    let _: IpAddr = LOCAL_ADDRESS;
 }
 
 fn spec_argv(spec: &ReadySpec) -> Vec<String> {
