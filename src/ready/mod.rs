@@ -110,13 +110,8 @@ async fn run(
     board: Arc<Board>,
     mut desired: watch::Receiver<Vec<GroupSpec>>,
 ) {
-    let checker = match Checker::new() {
-        Ok(c) => Arc::new(c),
-        Err(e) => {
-            tracing::error!("{e}: no instance is checked; every one stays starting");
-            return;
-        }
-    };
+    // Made when a first group has checks.
+    let mut checker: Option<Arc<Checker>> = None;
     let mut groups: HashMap<(String, GroupName), (watch::Sender<GroupSpec>, Aborting)> =
         HashMap::new();
     loop {
@@ -142,12 +137,22 @@ async fn run(
                 });
                 continue;
             }
+            let checker = match &checker {
+                Some(c) => c.clone(),
+                None => match Checker::new() {
+                    Ok(c) => checker.insert(Arc::new(c)).clone(),
+                    Err(e) => {
+                        tracing::error!("{e}: no instance is checked; every one stays starting");
+                        return;
+                    }
+                },
+            };
             let (tx, rx) = watch::channel(spec);
             let task = tokio::spawn(check_group(
                 incus.clone(),
                 store.clone(),
                 board.clone(),
-                checker.clone(),
+                checker,
                 rx,
             ));
             groups.insert(key, (tx, Aborting(task)));

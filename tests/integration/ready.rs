@@ -350,3 +350,46 @@ fn spec_argv(spec: &ReadySpec) -> Vec<String> {
         _ => unreachable!(),
     }
 }
+
+#[tokio::test]
+async fn the_prober_follows_the_desired_state() {
+    let srv = server(0).await;
+    let fake = Arc::new(FakeIncus::default());
+    fake.add_owned("web", "web-aaaaaa", "Running");
+    let store = Arc::new(Store::default());
+    store
+        .list(
+            fake.as_ref(),
+            "default",
+            tokio::time::Instant::now(),
+            Duration::from_secs(300),
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("desired-state.toml");
+    std::fs::write(&file, web(1, 1)).unwrap();
+    let plain = config::load(&file).unwrap().state;
+    let board = Arc::new(Board::default());
+    let prober = incus_hpa::ready::Prober::start(fake.clone(), store, board.clone(), &plain);
+    // No group has checks: nothing is checked.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(board.is_empty());
+    assert_eq!(srv.asked.load(Ordering::SeqCst), 0);
+    // A reload gives the group checks: its instance is checked.
+    prober.set_desired(&checked(plain.clone(), srv.port, None));
+    until("ready", Duration::from_secs(20), || {
+        (readiness(&board, "web-aaaaaa") == Some(Readiness::Ready)).then_some(())
+    })
+    .await;
+    // Another reload takes them away: the board forgets the group, no check runs any more.
+    prober.set_desired(&plain);
+    until("forgotten", Duration::from_secs(20), || {
+        board.is_empty().then_some(())
+    })
+    .await;
+    let asked = srv.asked.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(srv.asked.load(Ordering::SeqCst), asked);
+    drop(prober);
+}
