@@ -90,6 +90,8 @@ async fn main() {
         // Let incusd's metrics cache and start-up work settle out of the measurement.
         tokio::time::sleep(Duration::from_secs(10)).await;
         let store = Store::default();
+        // No group here has checks: the board stays empty.
+        let board = incus_hpa::ready::Board::default();
         // The informer lists once; what follows is steady ticks.
         store
             .list(
@@ -128,17 +130,17 @@ async fn main() {
                     }
                     "list" => {
                         let fresh = Store::default();
-                        observe(incus.as_ref(), &cgroup, &fresh, &spec, resync)
+                        observe(incus.as_ref(), &cgroup, &fresh, &board, &spec, resync)
                             .await
                             .expect("observe");
                     }
                     "informer" => {
-                        observe(incus.as_ref(), &cgroup, &store, &spec, resync)
+                        observe(incus.as_ref(), &cgroup, &store, &board, &spec, resync)
                             .await
                             .expect("observe");
                     }
                     "informer+signals" => {
-                        observe(incus.as_ref(), &cgroup, &store, &signals, resync)
+                        observe(incus.as_ref(), &cgroup, &store, &board, &signals, resync)
                             .await
                             .expect("observe");
                     }
@@ -147,6 +149,7 @@ async fn main() {
                             incus.as_ref(),
                             &api as &dyn MemorySource,
                             &store,
+                            &board,
                             &spec,
                             resync,
                         )

@@ -195,6 +195,7 @@ fn context(reach: &Reach, lease: Duration) -> anyhow::Result<Context> {
         stop: Arc::new(crate::act::Shutdown::default()),
         telemetry,
         leases: Arc::new(crate::lease::Leases::new(lease)),
+        ready: Arc::default(),
     })
 }
 

@@ -124,6 +124,13 @@ pub async fn run_loop(
 ) -> DesiredState {
     let mut state = initial;
     let mut reconciler = Reconciler::new(ctx.clone(), &state, Instant::now());
+    // The readiness checks of the groups that have them, for as long as the loop runs.
+    let prober = crate::ready::Prober::start(
+        ctx.incus.clone(),
+        ctx.store.clone(),
+        ctx.ready.clone(),
+        &state,
+    );
     let watchdog = systemd::watchdog_period();
     let mut pet = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
     // The watch between passes (see `Reconciler::peek`).
@@ -190,6 +197,7 @@ pub async fn run_loop(
                     }
                     state = loaded.state;
                     reconciler.set_desired(&state, Instant::now());
+                    prober.set_desired(&state);
                     invalid_since = None;
                 }
                 Err(e) => {
@@ -205,6 +213,7 @@ pub async fn run_loop(
     // runs any more.
     ctx.stop.set();
     reconciler.stop_programs();
+    drop(prober);
     if reconciler.busy() {
         tracing::info!("shutting down after the actions in flight");
     }

@@ -64,8 +64,11 @@ pub async fn plan(
     let wall = SystemTime::now();
     let resync = state.daemon.resync;
     let mut out = String::new();
+    // Each group with checks is checked once, just before it is observed.
+    let board = crate::ready::Board::default();
     for (g, spec) in state.groups.values().enumerate() {
-        let mut obs = observe(incus, memory, store, spec, resync)
+        crate::ready::check_once(incus, store, &board, spec, resync).await;
+        let mut obs = observe(incus, memory, store, &board, spec, resync)
             .await
             .map_err(|source| PlanError {
                 group: spec.name.to_string(),

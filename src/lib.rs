@@ -26,6 +26,7 @@ pub mod manual;
 pub mod memory;
 pub mod model;
 pub mod observe;
+pub mod ready;
 pub mod reconciler;
 pub mod report;
 pub mod schedule;

@@ -7,6 +7,10 @@
 //! moves, imports) are listed as foreign. A steady pass, with memory from the cgroup files,
 //! sends no request to incusd.
 //!
+//! A group with a `ready` table gets its running instances' readiness and address from the
+//! prober's [`Board`] (an instance not checked since its start yet is starting); the others'
+//! instances, and instances that do not run, are [`Readiness::Unchecked`].
+//!
 //! On a cluster, an instance whose member does not answer cannot be measured, and no event
 //! says so: a pass that finds one (unreachable, or running without a reading) has the project
 //! listed again at the next pass, which is where Incus tells which members are away.
@@ -20,21 +24,40 @@ use crate::incus::{Incus, IncusError, Instance};
 use crate::informer::Store;
 use crate::memory::MemorySource;
 use crate::model::{
-    Foreign, GroupSpec, InstanceStatus, Observation, ObservedInstance, Wanted, PROTECTED_KEY,
-    UUID_KEY, WARM_KEY,
+    Foreign, GroupSpec, InstanceStatus, Observation, ObservedInstance, Readiness, Wanted,
+    PROTECTED_KEY, UUID_KEY, WARM_KEY,
 };
+use crate::ready::Board;
 
 /// True when `inst` is one the daemon created for the group `spec`.
 pub fn is_owned(inst: &Instance, spec: &GroupSpec) -> bool {
     ownership(spec.name.as_str(), &spec.project, &inst.name, &inst.config) == Ownership::Owned
 }
 
-/// Lists the group's instances (from `store` while it is fresh, see [`Store::list`]) and reads
-/// the memory of the healthy ones.
+/// What `board` says of a running instance of a group with checks, for the start it is at:
+/// its readiness and address; starting, no address, when nothing was found of that start yet.
+/// Unchecked for the other instances.
+pub fn readiness(
+    board: &Board,
+    spec: &GroupSpec,
+    inst: &Instance,
+) -> (Readiness, Option<std::net::IpAddr>) {
+    if spec.ready.is_none() || !inst.status().is_healthy() {
+        return (Readiness::Unchecked, None);
+    }
+    match board.get(&spec.project, spec.name.as_str(), &inst.name) {
+        Some(seen) if seen.start == inst.last_used_at => (seen.readiness, seen.address),
+        _ => (Readiness::Starting { why: String::new() }, None),
+    }
+}
+
+/// Lists the group's instances (from `store` while it is fresh, see [`Store::list`]), reads
+/// the memory of the healthy ones and, for a group with checks, their readiness on `board`.
 pub async fn observe(
     incus: &dyn Incus,
     memory: &dyn MemorySource,
     store: &Store,
+    board: &Board,
     spec: &GroupSpec,
     resync: Duration,
 ) -> Result<Observation, IncusError> {
@@ -86,9 +109,10 @@ pub async fn observe(
             } else {
                 None
             };
+            let (readiness, address) = readiness(board, spec, &i);
             ObservedInstance {
-                readiness: Default::default(),
-                address: None,
+                readiness,
+                address,
                 warm: i.config.get(WARM_KEY).is_some_and(|v| v == "true"),
                 protected: i.config.get(PROTECTED_KEY).is_some_and(|v| v == "true"),
                 created_at: i.created_nanos(),
@@ -113,4 +137,66 @@ pub async fn observe(
         foreign,
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::model::{Probe, ReadySpec};
+    use crate::ready::Seen;
+
+    fn instance(status: &str, started: &str) -> Instance {
+        Instance {
+            name: "web-a".into(),
+            status: status.into(),
+            config: HashMap::new(),
+            created_at: String::new(),
+            last_used_at: started.into(),
+            project: "default".into(),
+            location: String::new(),
+            unreachable: false,
+        }
+    }
+
+    #[test]
+    fn readiness_is_the_board_s_for_the_instance_s_start() {
+        let mut spec = crate::decide::tests::spec(1, 3, 50.0);
+        let board = Board::default();
+        let running = instance("Running", "2026-12-03T10:00:00Z");
+        // No checks: unchecked, whatever the board says.
+        assert_eq!(
+            readiness(&board, &spec, &running),
+            (Readiness::Unchecked, None)
+        );
+        spec.ready = Some(ReadySpec::with_probe(Probe::Tcp { port: 80 }));
+        // Not checked yet.
+        let starting = Readiness::Starting { why: String::new() };
+        assert_eq!(readiness(&board, &spec, &running), (starting.clone(), None));
+        let ip: std::net::IpAddr = "10.1.2.3".parse().unwrap();
+        board.set(
+            "default",
+            "web",
+            "web-a",
+            Seen {
+                start: "2026-12-03T10:00:00Z".into(),
+                readiness: Readiness::Ready,
+                address: Some(ip),
+            },
+        );
+        assert_eq!(
+            readiness(&board, &spec, &running),
+            (Readiness::Ready, Some(ip))
+        );
+        // Started again since it was checked: starting again.
+        let again = instance("Running", "2026-12-03T10:05:00Z");
+        assert_eq!(readiness(&board, &spec, &again), (starting, None));
+        // Not running: unchecked.
+        let stopped = instance("Stopped", "2026-12-03T10:00:00Z");
+        assert_eq!(
+            readiness(&board, &spec, &stopped),
+            (Readiness::Unchecked, None)
+        );
+    }
 }

@@ -10,6 +10,7 @@ pub mod tls;
 mod unreachable;
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -281,6 +282,16 @@ pub trait Incus: Send + Sync {
     ) -> Result<(), IncusError>;
     /// Memory of a running instance from `GET /1.0/instances/NAME/state` (expensive on 6.0).
     async fn memory_state(&self, project: &str, name: &str) -> Result<Option<Memory>, IncusError>;
+    /// The global addresses of a running instance on `interface`, from `GET
+    /// /1.0/instances/NAME/state` (`network.IFACE.addresses`): the IPv4 ones first, then the
+    /// IPv6 ones, each in the order Incus lists them, so the first is the one to reach it on.
+    /// Empty when the interface has none yet (or does not exist, or the instance is stopped).
+    async fn addresses(
+        &self,
+        project: &str,
+        name: &str,
+        interface: &str,
+    ) -> Result<Vec<IpAddr>, IncusError>;
     /// Memory of every running instance of `project` that incusd's metrics cover, by name,
     /// from one `GET /1.0/metrics?project=P`: those on the cluster member `member`
     /// (`&target=MEMBER`), or on the member answering when `None` (all of them when Incus is

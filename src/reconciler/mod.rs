@@ -66,6 +66,8 @@ pub struct Context {
     pub telemetry: Arc<Telemetry>,
     /// Which groups this daemon may act on (leader leases).
     pub leases: Arc<crate::lease::Leases>,
+    /// What the readiness checks found ([`crate::ready`]), read by each pass.
+    pub ready: Arc<crate::ready::Board>,
 }
 
 impl Context {

@@ -133,7 +133,15 @@ async fn observe_standing(
     let mut again = false;
     loop {
         let before = ctx.leases.standing(project, group);
-        let obs = observe(ctx.incus.as_ref(), memory, &ctx.store, spec, resync).await?;
+        let obs = observe(
+            ctx.incus.as_ref(),
+            memory,
+            &ctx.store,
+            &ctx.ready,
+            spec,
+            resync,
+        )
+        .await?;
         let after = ctx.leases.standing(project, group);
         if same(&before, &after) {
             return Ok((obs, after, false));

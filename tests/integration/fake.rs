@@ -88,7 +88,14 @@ struct State {
     most_reading: usize,
     /// Each host's memory (`""`: the single server), as set; [`ROOMY`] where not set.
     hosts: BTreeMap<String, HostMemory>,
+    /// Addresses of instances on any interface, as set ([`FakeIncus::set_addresses`]); a
+    /// running instance not set has [`LOCAL_ADDRESS`].
+    addresses: BTreeMap<String, Vec<std::net::IpAddr>>,
 }
+
+/// The address of every running instance of the fake unless set otherwise: checks of it
+/// reach listeners of the test on this host.
+pub const LOCAL_ADDRESS: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 /// A host's memory unless set: 64 GiB, 60 GiB of it available.
 pub const ROOMY: HostMemory = HostMemory {
@@ -401,6 +408,11 @@ impl FakeIncus {
         });
     }
 
+    /// Sets the addresses an instance has while it runs (on any interface); empty: none yet.
+    pub fn set_addresses(&self, name: &str, addresses: Vec<std::net::IpAddr>) {
+        self.with(|s| s.addresses.insert(name.to_owned(), addresses));
+    }
+
     pub fn calls(&self, name: &str) -> u64 {
         self.with(|s| s.calls.get(name).copied().unwrap_or(0))
     }
@@ -675,6 +687,28 @@ impl Incus for FakeIncus {
                 return Err(s.member_offline(&i.location));
             }
             Ok(i.and_then(|i| i.memory))
+        })
+    }
+
+    async fn addresses(
+        &self,
+        _project: &str,
+        name: &str,
+        _interface: &str,
+    ) -> Result<Vec<std::net::IpAddr>, IncusError> {
+        self.call("addresses")?;
+        self.with(|s| {
+            let i = s.instances.get(name).ok_or_else(|| api(404, "not found"))?;
+            if s.offline.contains(&i.location) {
+                return Err(s.member_offline(&i.location));
+            }
+            if !matches!(i.status.as_str(), "Running" | "Ready" | "Frozen") {
+                return Ok(Vec::new());
+            }
+            Ok(s.addresses
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| vec![LOCAL_ADDRESS]))
         })
     }
 

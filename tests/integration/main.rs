@@ -18,6 +18,7 @@ mod notify;
 mod operators;
 mod passes;
 mod props;
+mod ready;
 mod real_cluster;
 mod real_headroom;
 mod real_https;

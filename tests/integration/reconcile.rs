@@ -239,6 +239,7 @@ async fn waiting_for_incus_remembers_a_reload_and_honours_a_shutdown() {
         stop: Default::default(),
         telemetry: Default::default(),
         leases: std::sync::Arc::new(incus_hpa::lease::Leases::new(Duration::from_secs(15))),
+        ready: Default::default(),
     };
     fake.set_down(true);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -81,6 +81,7 @@ impl Harness {
                 loaded.state.daemon.lease,
                 Clocks::tokio(),
             )),
+            ready: Default::default(),
         };
         let leases = ctx.leases.clone();
         let keeper = tokio::spawn(ctx.leases.clone().keep(fake.clone()));

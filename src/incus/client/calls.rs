@@ -3,6 +3,7 @@
 //! module's.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use async_trait::async_trait;
 use reqwest::Method;
@@ -30,7 +31,10 @@ impl Incus for Client {
             "interactive": false,
             "record-output": false,
         });
-        let what = format!("running the drain command in {name}");
+        let what = format!(
+            "running {} in {name}",
+            command.first().map_or("", String::as_str)
+        );
         let meta = self
             .operation_result(
                 Method::POST,
@@ -191,6 +195,23 @@ impl Incus for Client {
         Ok(state_reading(&v))
     }
 
+    async fn addresses(
+        &self,
+        project: &str,
+        name: &str,
+        interface: &str,
+    ) -> Result<Vec<IpAddr>, IncusError> {
+        let path = format!(
+            "/1.0/instances/{}/state?project={}",
+            enc(name),
+            enc(project)
+        );
+        let v: Value = self
+            .get_json(&path, &format!("reading the addresses of {name}"))
+            .await?;
+        Ok(state_addresses(&v, interface))
+    }
+
     async fn host_memory(&self, member: Option<&str>) -> Result<HostMemory, IncusError> {
         if member.is_none() && self.tls.is_none() {
             // Incus is the local socket: its host is this one, and the kernel says it best.
@@ -275,4 +296,26 @@ pub(super) fn state_reading(v: &Value) -> Option<Memory> {
             .filter(|&ns| ns > 0),
         pressure: None,
     })
+}
+
+/// The global addresses of `interface` in an instance's `/state` (`network.IFACE.addresses[]`,
+/// each with `family` `inet` or `inet6`, `address` and `scope`): IPv4 first, then IPv6, each in
+/// the order listed. Entries that do not read as such are skipped; a missing or `null` network
+/// is no address.
+pub(super) fn state_addresses(v: &Value, interface: &str) -> Vec<IpAddr> {
+    let listed = v
+        .get("network")
+        .and_then(|n| n.get(interface))
+        .and_then(|i| i.get("addresses"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let global = |family: &'static str| {
+        listed
+            .iter()
+            .filter(move |a| a.get("family").and_then(Value::as_str) == Some(family))
+            .filter(|a| a.get("scope").and_then(Value::as_str) == Some("global"))
+            .filter_map(|a| a.get("address")?.as_str()?.parse::<IpAddr>().ok())
+    };
+    global("inet").chain(global("inet6")).collect()
 }

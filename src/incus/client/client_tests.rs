@@ -51,6 +51,10 @@ fn answer(req: &Request<hyper::body::Incoming>) -> (u16, serde_json::Value) {
             200,
             serde_json::json!({"type": "sync", "status_code": 200, "metadata": running_state()}),
         ),
+        ("GET", "/1.0/instances/web-2/state") => (
+            200,
+            serde_json::json!({"type": "sync", "status_code": 200, "metadata": networked_state()}),
+        ),
         ("GET", "/1.0/operations/op-1/wait") => (
             200,
             serde_json::json!({"type": "sync", "metadata": {
@@ -162,4 +166,54 @@ async fn memory_state_reads_the_instance_s_state() {
     let client = client_of_test_server(dir.path()).await;
     let m = client.memory_state("default", "web-1").await.unwrap();
     assert_eq!(m.and_then(|m| m.cpu_ns), Some(2_513_643_288), "{m:?}");
+}
+
+/// The state of a running container with addresses on eth0 (as incusd 6.0 writes it, cut).
+fn networked_state() -> serde_json::Value {
+    serde_json::json!({
+        "status": "Running", "status_code": 103,
+        "network": {
+            "eth0": {"addresses": [
+                {"family": "inet6", "address": "fe80::216:3eff:fe12:3456", "netmask": "64", "scope": "link"},
+                {"family": "inet6", "address": "fd42:1::5", "netmask": "64", "scope": "global"},
+                {"family": "inet", "address": "10.1.2.3", "netmask": "24", "scope": "global", "new": 1},
+                {"family": "inet", "address": "garbage", "scope": "global"},
+                {"family": "inet", "address": "10.1.2.4", "netmask": "24", "scope": "global"}
+            ], "host_name": "veth1", "state": "up", "type": "broadcast"},
+            "lo": {"addresses": [
+                {"family": "inet", "address": "127.0.0.1", "netmask": "8", "scope": "local"}
+            ]},
+            "eth1": {"addresses": [
+                {"family": "inet6", "address": "2001:db8::7", "netmask": "64", "scope": "global"}
+            ]}
+        },
+    })
+}
+
+#[test]
+fn addresses_are_the_global_ones_ipv4_first() {
+    use super::calls::state_addresses as addresses;
+    let state = networked_state();
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    assert_eq!(
+        addresses(&state, "eth0"),
+        [ip("10.1.2.3"), ip("10.1.2.4"), ip("fd42:1::5")]
+    );
+    assert_eq!(addresses(&state, "eth1"), [ip("2001:db8::7")]);
+    assert!(addresses(&state, "lo").is_empty());
+    assert!(addresses(&state, "eth9").is_empty());
+    assert!(addresses(&running_state(), "eth0").is_empty());
+}
+
+#[tokio::test]
+async fn addresses_read_the_instance_s_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = client_of_test_server(dir.path()).await;
+    let a = client.addresses("default", "web-2", "eth0").await.unwrap();
+    assert_eq!(a.first(), Some(&"10.1.2.3".parse().unwrap()));
+    let e = client
+        .addresses("default", "web-9", "eth0")
+        .await
+        .unwrap_err();
+    assert!(e.is_not_found(), "{e:?}");
 }
