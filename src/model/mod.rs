@@ -27,8 +27,8 @@ pub use keys::{GROUP_KEY, OWNER_KEY, PROTECTED_KEY, UUID_KEY, WARM_KEY};
 pub use observation::{
     Foreign, InstanceStatus, Memory, Observation, ObservedInstance, Wanted, Window,
 };
-pub use serving::{Address, Probe, ReadySpec, Readiness, DEFAULT_INTERFACE};
 pub use plan::{Action, Cause, HoldWindow, Note, Plan, Reason, Room, SignalState, Summary};
+pub use serving::{Address, Probe, Readiness, ReadySpec, DEFAULT_INTERFACE};
 pub use spec::{
     DaemonSpec, DesiredState, ExternalSpec, GroupName, GroupSpec, MemorySourceKind, Policy,
     ScaleDownOrder, ScheduleSpec, DEFAULT_CONTROL_SOCKET, MAX_INSTANCES, RESTART_BACKOFF_MAX,

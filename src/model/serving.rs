@@ -149,7 +149,10 @@ mod tests {
         assert_eq!(r.to_string(), "not-ready (HTTP 503)");
         assert!(!r.serves());
         assert!(Readiness::Unchecked.serves());
-        assert_eq!(Readiness::Starting { why: String::new() }.to_string(), "starting");
+        assert_eq!(
+            Readiness::Starting { why: String::new() }.to_string(),
+            "starting"
+        );
     }
 
     #[test]
