@@ -8,7 +8,9 @@ use toml::de::DeValue;
 
 use super::diag::{Collector, Severity};
 use super::fields::{self, Fields};
-use super::{keys, security, signals, DRAIN_TIMEOUT_MAX, DURATION_MAX, SUFFIX_LEN, WARM_POOL_MAX};
+use super::{
+    keys, ready, security, signals, DRAIN_TIMEOUT_MAX, DURATION_MAX, SUFFIX_LEN, WARM_POOL_MAX,
+};
 use crate::model::{
     GroupName, GroupSpec, Policy, ScaleDownOrder, GROUP_KEY, MAX_INSTANCES, RESTART_BACKOFF_MAX,
     STOP_TIMEOUT_MAX,
@@ -181,6 +183,7 @@ pub(super) fn group(
     }
     let config = config.unwrap_or_default();
     let signals = signals::read(c, &mut t, &config, check_files);
+    let ready = ready::read(c, &mut t);
     let profiles = profiles.map_or_else(|| vec!["default".to_owned()], |(p, _)| p);
     if !config.contains_key("limits.memory") {
         c.warning(
@@ -233,7 +236,7 @@ pub(super) fn group(
         drain_command,
         drain_timeout: secs(drain_timeout, 30),
         target,
-        ready: None,
+        ready,
         name,
     })
 }

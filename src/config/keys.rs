@@ -5,12 +5,14 @@
 
 use std::time::Duration;
 
+use super::ready::{FAILURES_MAX, INTERFACE_MAX_LEN, PERIOD_MAX, PERIOD_MIN};
 use super::{
     DRAIN_TIMEOUT_MAX, DURATION_MAX, EXTERNAL_TIMEOUT_MAX, PARALLEL_MAX, SUFFIX_LEN, WARM_POOL_MAX,
     WINDOW_MAX,
 };
 use crate::model::{
-    GroupName, MAX_INSTANCES, RESERVE_PERCENT_MAX, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
+    GroupName, Probe, ReadySpec, DEFAULT_INTERFACE, MAX_INSTANCES, RESERVE_PERCENT_MAX,
+    RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
 };
 
 /// The table a key belongs to.
@@ -24,6 +26,8 @@ pub enum Table {
     External,
     /// `[[groups.NAME.schedule]]`.
     Schedule,
+    /// `[groups.NAME.ready]`.
+    Ready,
 }
 
 /// When a change of the key takes effect.
@@ -82,8 +86,10 @@ fn up_to(min: Duration, max: Duration) -> Option<String> {
 /// Every key, `[daemon]` first, each table in the manual's order.
 pub fn keys() -> Vec<Key> {
     use Applies::{AtStart, OnReload};
-    use Table::{Daemon, External, Group, Schedule};
+    use Table::{Daemon, External, Group, Ready, Schedule};
     let d = |s: &str| Some(s.to_owned());
+    let quoted = |t: Duration| Some(format!("\"{}\"", h(t)));
+    let ready = ReadySpec::with_probe(Probe::Tcp { port: 1 });
     vec![
         Key {
             table: Daemon,
@@ -652,6 +658,26 @@ pub fn keys() -> Vec<Key> {
             example: "schedule = []",
         },
         Key {
+            table: Group,
+            name: "ready",
+            kind: "table",
+            default: d("none: an instance is in service as soon as it runs"),
+            range: None,
+            applies: OnReload,
+            doc: "When an instance is ready to take requests: a [groups.NAME.ready] table, see \
+                  READINESS. Each running instance of the group is checked every period, from \
+                  the daemon's host to its address on interface (an HTTP answer 2xx or 3xx, or \
+                  a TCP connection), or by a command run inside it through Incus. Until its \
+                  first check passes an instance is starting: it counts toward the group's \
+                  count, so none is created in its place, but it is not in service and not \
+                  measured: like an instance without a reading, it counts as idle when the group \
+                  grows and holds a scale-down back. After failures checks in a row fail, a ready \
+                  instance is out of service: unhealthy, replaced at once and removed after \
+                  unhealthy_grace. An instance never ready within start_timeout of its start \
+                  is a failed start: removed and replaced.",
+            example: "ready = { port = 8080, path = \"/healthz\" }",
+        },
+        Key {
             table: External,
             name: "command",
             kind: "array of strings",
@@ -746,6 +772,102 @@ pub fn keys() -> Vec<Key> {
             applies: OnReload,
             doc: "The time zone the cron expression is read in, such as \"Europe/Paris\".",
             example: "timezone = \"Europe/Paris\"",
+        },
+        Key {
+            table: Ready,
+            name: "port",
+            kind: "integer",
+            default: d("none; the table sets port or command"),
+            range: Some("1 to 65535".into()),
+            applies: OnReload,
+            doc: "Check the instance over the network, from the daemon's host, on its address on \
+                  interface: without path, the check passes when a TCP connection to this port \
+                  opens; with path, it is an HTTP request (see path). Not with command.",
+            example: "port = 8080",
+        },
+        Key {
+            table: Ready,
+            name: "path",
+            kind: "string",
+            default: d("none: a TCP check"),
+            range: Some("a path from \"/\", without spaces or control characters".into()),
+            applies: OnReload,
+            doc: "Makes the check HTTP: GET http://ADDRESS:PORT/PATH, where ADDRESS is the \
+                  instance's address on interface. An answer 2xx or 3xx within timeout passes; \
+                  any other, or none, fails. Only with port.",
+            example: "path = \"/healthz\"",
+        },
+        Key {
+            table: Ready,
+            name: "command",
+            kind: "array of strings",
+            default: d("none; the table sets port or command"),
+            range: Some("an absolute path first".into()),
+            applies: OnReload,
+            doc: "Check the instance by running this program inside it, through Incus (as incus \
+                  exec does: no shell unless you name one, no PATH search): exit status 0 within \
+                  timeout passes. The path is the instance's, not looked at on the daemon's \
+                  host. Not with port or path.",
+            example: "command = [\"/usr/bin/pg_isready\", \"-q\"]",
+        },
+        Key {
+            table: Ready,
+            name: "period",
+            kind: "duration",
+            default: quoted(ready.period),
+            range: up_to(PERIOD_MIN, PERIOD_MAX),
+            applies: OnReload,
+            doc: "How often each running instance of the group is checked, from its start on.",
+            example: "period = \"2s\"",
+        },
+        Key {
+            table: Ready,
+            name: "timeout",
+            kind: "duration",
+            default: quoted(ready.timeout),
+            range: Some("above 0 and below period".into()),
+            applies: OnReload,
+            doc: "How long one check may take; a check that has not passed by then fails.",
+            example: "timeout = \"1s\"",
+        },
+        Key {
+            table: Ready,
+            name: "failures",
+            kind: "integer",
+            default: Some(ready.failures.to_string()),
+            range: Some(format!("1 to {FAILURES_MAX}")),
+            applies: OnReload,
+            doc: "How many checks in a row must fail to take a ready instance out of service. It \
+                  is then unhealthy, under the usual rules: replaced at once, and kept \
+                  unhealthy_grace before it is removed, in case a check passes again.",
+            example: "failures = 3",
+        },
+        Key {
+            table: Ready,
+            name: "start_timeout",
+            kind: "duration",
+            default: quoted(ready.start_timeout),
+            range: Some(format!("period to {}", h(PERIOD_MAX))),
+            applies: OnReload,
+            doc: "How long after its start an instance may take to pass its first check. One \
+                  that is never ready within it is a failed start: removed and replaced \
+                  (REASON never-ready).",
+            example: "start_timeout = \"2m\"",
+        },
+        Key {
+            table: Ready,
+            name: "interface",
+            kind: "string",
+            default: Some(format!("\"{DEFAULT_INTERFACE}\"")),
+            range: Some(format!(
+                "a Linux interface name: 1 to {INTERFACE_MAX_LEN} ASCII characters, no \"/\", \
+                 \":\" or spaces"
+            )),
+            applies: OnReload,
+            doc: "The instance's network interface whose address a port check reaches: its first \
+                  global IPv4 address, else its first global IPv6 address, as Incus reports it \
+                  once the instance has started. An instance without one fails its port checks.",
+            example: "interface = \"eth0\"",
         },
     ]
 }

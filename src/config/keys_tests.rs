@@ -3,14 +3,23 @@
 use super::*;
 use std::path::Path;
 
-/// A group key whose value is an array of tables, written as `[[groups.web.NAME]]`.
-fn is_array(k: &Key) -> bool {
-    k.kind == "array of tables"
+/// A group key whose value is a table of keys of its own, written as `[groups.web.NAME]` or
+/// `[[groups.web.NAME]]`.
+fn is_section(k: &Key) -> bool {
+    matches!(k.kind, "array of tables" | "table")
+}
+
+/// The check of the `ready` table's examples: `port` (and path) or `command`, which exclude
+/// each other.
+#[derive(Clone, Copy, PartialEq)]
+enum Check {
+    Port,
+    Command,
 }
 
 /// A file that sets every key to its example; with `tables`, one table of each array of
-/// tables too.
-fn every_key(tables: bool) -> String {
+/// tables too, and a `ready` table with the `check` given.
+fn every_key(tables: bool, check: Check) -> String {
     let mut text = String::from("[daemon]\n");
     for k in keys().iter().filter(|k| k.table == Table::Daemon) {
         text.push_str(k.example);
@@ -19,7 +28,7 @@ fn every_key(tables: bool) -> String {
     text.push_str("\n[groups.web]\n");
     for k in keys()
         .iter()
-        .filter(|k| k.table == Table::Group && !is_array(k))
+        .filter(|k| k.table == Table::Group && !is_section(k))
     {
         text.push_str(k.example);
         text.push('\n');
@@ -32,16 +41,43 @@ fn every_key(tables: bool) -> String {
                 text.push('\n');
             }
         }
+        text.push_str("\n[groups.web.ready]\n");
+        let other = match check {
+            Check::Port => &["command"][..],
+            Check::Command => &["port", "path"][..],
+        };
+        for k in keys()
+            .iter()
+            .filter(|k| k.table == Table::Ready && !other.contains(&k.name))
+        {
+            text.push_str(k.example);
+            text.push('\n');
+        }
     }
     text
 }
 
 #[test]
 fn every_example_is_valid_together() {
-    let text = every_key(true);
-    let loaded = crate::config::parse(Path::new("keys"), &text)
-        .unwrap_or_else(|e| panic!("{:#?}\n{text}", e.diagnostics));
-    assert!(loaded.warnings.is_empty(), "{:#?}", loaded.warnings);
+    for check in [Check::Port, Check::Command] {
+        let text = every_key(true, check);
+        let loaded = crate::config::parse(Path::new("keys"), &text)
+            .unwrap_or_else(|e| panic!("{:#?}\n{text}", e.diagnostics));
+        assert!(loaded.warnings.is_empty(), "{:#?}", loaded.warnings);
+        let ready = loaded.state.groups.values().next().unwrap().ready.clone();
+        assert!(ready.is_some(), "{text}");
+    }
+    // The examples of the sections' own keys, written inline.
+    for k in keys()
+        .iter()
+        .filter(|k| k.table == Table::Group && is_section(k))
+    {
+        let text = every_key(false, Check::Port)
+            .replace("[groups.web]\n", &format!("[groups.web]\n{}\n", k.example));
+        let loaded = crate::config::parse(Path::new("keys"), &text)
+            .unwrap_or_else(|e| panic!("{:#?}\n{text}", e.diagnostics));
+        assert!(loaded.warnings.is_empty(), "{:#?}", loaded.warnings);
+    }
 }
 
 /// Each key's value made the wrong type is reported under that key: the parser reads every
@@ -49,16 +85,23 @@ fn every_example_is_valid_together() {
 #[test]
 fn the_parser_reads_every_key_of_the_table() {
     for k in keys() {
-        let wrong = if k.name == "config" {
+        let wrong = if k.table == Table::Group && matches!(k.name, "config" | "ready") {
             "\"a string\""
         } else {
             "{ wrong = 1 }"
         };
         let line = format!("{} = {wrong}", k.name);
-        let text = if is_array(&k) {
-            every_key(false).replace("[groups.web]\n", &format!("[groups.web]\n{line}\n"))
+        let text = if k.table == Table::Group && is_section(&k) {
+            every_key(false, Check::Port)
+                .replace("[groups.web]\n", &format!("[groups.web]\n{line}\n"))
+        } else if k.table == Table::Ready && k.name == "command" {
+            every_key(true, Check::Port).replace(
+                "[groups.web.ready]\n",
+                &format!("[groups.web.ready]\n{line}\n"),
+            )
         } else {
-            every_key(true).replace(&format!("\n{}\n", k.example), &format!("\n{line}\n"))
+            every_key(true, Check::Port)
+                .replace(&format!("\n{}\n", k.example), &format!("\n{line}\n"))
         };
         assert!(text.contains(&line), "{}", k.name);
         let path = match k.table {
@@ -66,6 +109,7 @@ fn the_parser_reads_every_key_of_the_table() {
             Table::Group => format!("groups.web.{}", k.name),
             Table::External => format!("groups.web.external[0].{}", k.name),
             Table::Schedule => format!("groups.web.schedule[0].{}", k.name),
+            Table::Ready => format!("groups.web.ready.{}", k.name),
         };
         let e = crate::config::parse(Path::new("keys"), &text).unwrap_err();
         assert!(

@@ -10,6 +10,7 @@ mod fields;
 mod group;
 pub mod keys;
 mod program;
+mod ready;
 mod remote;
 mod safe_open;
 mod security;

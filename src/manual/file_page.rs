@@ -81,6 +81,15 @@ pub fn file_page() -> String {
          restores max at once.",
     );
     keys_of(&mut p, Table::Schedule);
+    p.section("READINESS");
+    p.para(
+        "A [groups.NAME.ready] table says when an instance of the group is ready to take \
+         requests (see ready above). It sets port, for a check from the daemon's host, or \
+         command, for a check inside the instance; the other keys are optional. Like the rest \
+         of a group, a changed table applies after a reload. Without it, an instance is in \
+         service as soon as it runs.",
+    );
+    keys_of(&mut p, Table::Ready);
     p.section("EXAMPLE");
     p.literal(EXAMPLE);
     p.section("FILES");

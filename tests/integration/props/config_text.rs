@@ -346,6 +346,11 @@ fn good(key: &str) -> BoxedStrategy<String> {
             "[{ cron = \"0 8 * * 1-5\", duration = \"10h\", min = 1 }]",
             "[{ cron = \"*/5 * * * *\", duration = \"1m\", max = 3, timezone = \"UTC\" }]",
         ]),
+        "ready" => select_str(&[
+            "{ port = 8080 }",
+            "{ port = 80, path = \"/healthz\", period = \"5s\", failures = 1 }",
+            "{ command = [\"/bin/true\"], timeout = \"500ms\", interface = \"enp5s0\" }",
+        ]),
         "warm_pool" => (0u32..=config::WARM_POOL_MAX)
             .prop_map(|n| n.to_string())
             .boxed(),
