@@ -674,7 +674,9 @@ pub fn keys() -> Vec<Key> {
                   grows and holds a scale-down back. After failures checks in a row fail, a ready \
                   instance is out of service: unhealthy, replaced at once and removed after \
                   unhealthy_grace. An instance never ready within start_timeout of its start \
-                  is a failed start: removed and replaced.",
+                  is a failed start: removed and replaced. The packaged unit reaches no \
+                  network: checks on a port need the drop-in \
+                  /usr/share/doc/incus-hpa/examples/ready-network.conf.",
             example: "ready = { port = 8080, path = \"/healthz\" }",
         },
         Key {

@@ -26,6 +26,7 @@ mod real_incus;
 mod real_leases;
 mod real_operators;
 mod real_readings;
+mod real_ready;
 mod real_signals;
 mod real_trust;
 mod reconcile;
