@@ -1,4 +1,5 @@
-//! The command line (clap derive): `run`, `validate`, `plan`, `status`, `simulate`.
+//! The command line (clap derive): `run`, `validate`, `plan`, `status`, `simulate`, and the
+//! ready-made endpoint hooks under `hook`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -95,5 +96,76 @@ pub enum Command {
         /// The desired-state file.
         #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
         config: PathBuf,
+    },
+    /// The ready-made endpoint hooks, for a group's `[groups.NAME.endpoints] command`
+    /// (installed as /usr/lib/incus-hpa/hooks/haproxy and nginx).
+    ///
+    /// Each reads the group's endpoint set as JSON on standard input,
+    /// {"group":"web","project":"default","endpoints":[{"instance":"web-3kd9x2","address":"10.98.0.12","port":80}]},
+    /// makes the load balancer send requests to exactly those endpoints, and exits 0 once it
+    /// has, or 1 with the reason on stderr (the daemon logs it and runs the hook again). The
+    /// same set twice changes nothing the second time. docs/traffic-hooks.md shows the
+    /// configuration each expects.
+    Hook {
+        #[command(subcommand)]
+        hook: HookCommand,
+    },
+}
+
+/// The hooks of `incus-hpa hook`.
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    /// Make a HAProxy backend's servers the endpoint set, through HAProxy's runtime API
+    /// socket, without a reload.
+    ///
+    /// The backend must have free server slots, and the socket the admin level:
+    /// `stats socket /run/haproxy/admin.sock mode 660 level admin` in the global section,
+    /// `server-template web- 1-20 127.0.0.1:80 disabled` in the backend. An endpoint keeps
+    /// the slot at its address; a new one takes a slot in maintenance (set server … addr,
+    /// then state ready); the slot of one that left is put in maintenance (state maint: the
+    /// requests in flight finish, no new one comes). More endpoints than slots: exit 1,
+    /// nothing changed.
+    Haproxy {
+        /// HAProxy's admin stats socket.
+        #[arg(long, value_name = "PATH")]
+        socket: PathBuf,
+        /// The backend whose servers are the endpoints.
+        #[arg(long, value_name = "NAME")]
+        backend: String,
+        /// Use only the backend's servers whose names start with PREFIX (the
+        /// server-template's) [default: all of them].
+        #[arg(long, value_name = "PREFIX")]
+        server_prefix: Option<String>,
+    },
+    /// Write the endpoint set as an nginx upstream block, and reload nginx when it changed.
+    ///
+    /// The file (`upstream NAME { server ADDRESS:PORT; … }`, one server marked down when the
+    /// set is empty) is replaced whole, through a file beside it and a rename; nginx's http
+    /// block includes it and proxies to http://NAME. A reload that fails puts the previous
+    /// file back and exits 1.
+    Nginx {
+        /// The file the upstream block is written to (its directory must be writable).
+        #[arg(long, value_name = "PATH")]
+        upstream_file: PathBuf,
+        /// The upstream's name, as proxy_pass names it.
+        #[arg(long, value_name = "NAME")]
+        upstream: String,
+        /// The command that reloads nginx, run without a shell (split at spaces).
+        #[arg(long, value_name = "COMMAND", default_value = "nginx -s reload")]
+        reload_command: String,
+        /// Reload by sending SIGHUP to the process whose pid this file holds
+        /// (/run/nginx.pid), instead of the reload command.
+        #[arg(long, value_name = "PATH", conflicts_with = "reload_command")]
+        pid_file: Option<PathBuf>,
+    },
+    /// Print a HAProxy backend's current rate (sessions per second; requests per second in
+    /// mode http), for a group's `[[groups.NAME.external]]` command.
+    HaproxyRate {
+        /// HAProxy's stats socket.
+        #[arg(long, value_name = "PATH")]
+        socket: PathBuf,
+        /// The backend whose rate is printed.
+        #[arg(long, value_name = "NAME")]
+        backend: String,
     },
 }

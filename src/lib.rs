@@ -18,6 +18,7 @@ pub mod events;
 pub mod exposition;
 pub mod external;
 pub mod headroom;
+pub mod hooks;
 pub mod incus;
 pub mod informer;
 pub mod lease;

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         },
         Command::Run { config } => block_on(app::run(cli.incus_socket.as_deref(), config)),
         Command::Simulate(args) => incus_hpa::simulate::command::run(args),
+        Command::Hook { hook } => incus_hpa::hooks::run(hook),
         Command::Plan { config } => block_on(app::plan(cli.incus_socket.as_deref(), config)),
         Command::Status {
             json,

@@ -50,7 +50,12 @@ pub fn daemon_page() -> String {
     );
     p.section("COMMANDS");
     for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
-        command(&mut p, sub);
+        command(&mut p, "incus-hpa", sub);
+        // A command of commands (`hook`): each of its own, as `incus-hpa hook NAME`.
+        let parent = format!("incus-hpa {}", sub.get_name());
+        for nested in sub.get_subcommands().filter(|s| !s.is_hide_set()) {
+            command(&mut p, &parent, nested);
+        }
     }
     p.section("GLOBAL OPTIONS");
     p.para("Given before or after the command.");
@@ -96,8 +101,9 @@ fn shown_args(cmd: &Command) -> impl Iterator<Item = &Arg> {
     })
 }
 
-/// One command: its synopsis, what it does, and each of its options.
-fn command(p: &mut Page, sub: &Command) {
+/// One command: its synopsis, what it does, and each of its options. `parent` is what comes
+/// before its name (`incus-hpa`, or `incus-hpa hook`).
+fn command(p: &mut Page, parent: &str, sub: &Command) {
     let mut synopsis = String::new();
     for a in shown_args(sub) {
         let value = a
@@ -117,7 +123,7 @@ fn command(p: &mut Page, sub: &Command) {
         }
     }
     p.subsection_of(vec![
-        bold(format!("incus-hpa {}", sub.get_name())),
+        bold(format!("{parent} {}", sub.get_name())),
         roman(synopsis),
     ]);
     let about = sub
@@ -201,13 +207,14 @@ fn exit_status(p: &mut Page) {
     p.entry(
         vec![bold("0")],
         "Success: run stopped cleanly on SIGTERM or SIGINT; validate found no error; plan, \
-         status and simulate printed their answer.",
+         status and simulate printed their answer; a hook made the load balancer match the set.",
     );
     p.entry(
         vec![bold("1")],
         "Failure: validate found an error; plan could not read the file or reach Incus; status \
          found no daemon answering on the control socket, or none within --timeout; simulate could not read its file or \
-         trace; run failed after its start (for instance, it could not listen on its control \
+         trace; a hook could not read the set or change the load balancer \
+         (the reason on stderr); run failed after its start (for instance, it could not listen on its control \
          socket).",
     );
     p.entry(

@@ -30,11 +30,15 @@ fn every_flag_of_every_command_is_on_the_daemon_page() {
     let page = daemon_page();
     let cli = crate::cli::Cli::command();
     let mut seen = 0;
+    let mut commands = Vec::new();
     for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let heading = format!(
-            ".SS\n\\fBincus\\-hpa {}\\fR",
-            sub.get_name().replace('-', "\\-")
-        );
+        commands.push((sub.get_name().to_owned(), sub));
+        for nested in sub.get_subcommands().filter(|s| !s.is_hide_set()) {
+            commands.push((format!("{} {}", sub.get_name(), nested.get_name()), nested));
+        }
+    }
+    for (name, sub) in commands {
+        let heading = format!(".SS\n\\fBincus\\-hpa {}\\fR", name.replace('-', "\\-"));
         let section = part(&page, &heading);
         for arg in sub
             .get_arguments()
