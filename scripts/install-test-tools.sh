@@ -4,6 +4,9 @@
 #   but only the one binary is taken: installing the package would also start a Prometheus
 #   server (no systemd here: its init script) and pull in a web UI the tests do not need;
 # - lintian, which checks the .deb, and dpkg-dev, whose dpkg-shlibdeps computes its Depends;
+# - haproxy and nginx-light, the real load balancers the endpoint hooks are tested against
+#   (tests/integration/hooks_*.rs start their own instances on 127.0.0.1; the packages' own
+#   services are not needed, and are stopped and disabled where systemd started them);
 # - cargo-deb, which builds the .deb (`cargo install --locked`, about a minute the first time).
 set -euo pipefail
 
@@ -28,6 +31,16 @@ apt_install() {
 command -v lintian >/dev/null || apt_install lintian
 # cargo-deb computes Depends with dpkg-shlibdeps.
 command -v dpkg-shlibdeps >/dev/null || apt_install dpkg-dev
+for tool in haproxy nginx; do
+    [ -x /usr/sbin/$tool ] && continue
+    package=$tool
+    [ "$tool" = nginx ] && package=nginx-light
+    apt_install $package
+    # The tests run their own; the package's service would hold port 80 for nothing.
+    if [ -d /run/systemd/system ]; then
+        systemctl disable --now $tool >/dev/null 2>&1 || true
+    fi
+done
 
 if ! cargo deb --version >/dev/null 2>&1; then
     # The version this project was packaged and checked with (lintian-clean).
