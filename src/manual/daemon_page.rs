@@ -277,6 +277,12 @@ fn files(p: &mut Page) {
              (systemctl edit incus-hpa).",
         ),
         (
+            "/usr/lib/incus-hpa/hooks/",
+            "The ready-made endpoint hooks haproxy and nginx, which run incus-hpa hook haproxy \
+             and incus-hpa hook nginx; docs/traffic-hooks.md shows the configuration they \
+             expect, and examples/haproxy-hook.conf and nginx-hook.conf the drop-ins they need.",
+        ),
+        (
             "/usr/share/doc/incus-hpa/",
             "The README, the guides (docs/) and the examples (examples/).",
         ),
