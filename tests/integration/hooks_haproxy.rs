@@ -155,7 +155,8 @@ fn haproxy_rate_prints_the_backends_rate() {
         let out = hook(&rate_args, "");
         succeeded(&out);
         let rate: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-        assert!(rate <= 5, "{rate}");
+        // At most what was sent in the last second or so (a few rounds of five).
+        assert!(rate <= 100, "{rate}");
         rate >= 1
     });
     let out = hook(
