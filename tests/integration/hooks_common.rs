@@ -120,11 +120,23 @@ pub fn statuses(port: u16, n: usize) -> std::collections::BTreeSet<u16> {
         .collect()
 }
 
-/// A server process, killed and reaped when dropped.
+/// A server process, stopped and reaped when dropped: SIGTERM first, which nginx's master
+/// passes on to its workers before it exits (SIGKILL would leave them running), then SIGKILL
+/// if it has not exited within [`STEP`].
 pub struct Server(pub Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + STEP;
+        while Instant::now() < deadline {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
