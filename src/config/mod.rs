@@ -10,6 +10,7 @@ mod fields;
 mod group;
 pub mod keys;
 mod program;
+mod endpoints;
 mod ready;
 mod remote;
 mod safe_open;

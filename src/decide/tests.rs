@@ -44,6 +44,7 @@ pub(crate) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         drain_timeout: Duration::from_secs(30),
         target: None,
         ready: None,
+        endpoints: None,
     }
 }
 
