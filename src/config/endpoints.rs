@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use super::diag::{Collector, Severity};
+use super::fields::Fields;
 use super::keys::{self, Table};
 use super::signals::check_program;
-use super::fields::Fields;
 use crate::model::EndpointsSpec;
 
 /// The shortest `timeout` accepted.
@@ -76,9 +76,11 @@ fn table(
     };
     if let Some((argv, span)) = &command {
         let checked = match argv.first() {
-            None => Err("must name a program, e.g. [\"/usr/lib/incus-hpa/hooks/haproxy\", \
+            None => Err(
+                "must name a program, e.g. [\"/usr/lib/incus-hpa/hooks/haproxy\", \
                          \"--backend\", \"web\"]"
-                .to_owned()),
+                    .to_owned(),
+            ),
             Some(program) if check_files => check_program(program),
             Some(program) if !program.starts_with('/') => Err(format!(
                 "the program {:?} is not an absolute path: name it from / (such as \

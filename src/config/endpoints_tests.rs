@@ -92,7 +92,10 @@ fn a_port_is_needed_without_a_ready_port() {
     );
     let found = errors(&with_command_check);
     assert_eq!(found.len(), 1, "{found:#?}");
-    assert!(found[0].contains("groups.web.endpoints.port: missing"), "{found:?}");
+    assert!(
+        found[0].contains("groups.web.endpoints.port: missing"),
+        "{found:?}"
+    );
 }
 
 #[test]

@@ -9,7 +9,8 @@ use toml::de::DeValue;
 use super::diag::{Collector, Severity};
 use super::fields::{self, Fields};
 use super::{
-    endpoints, keys, ready, security, signals, DRAIN_TIMEOUT_MAX, DURATION_MAX, SUFFIX_LEN, WARM_POOL_MAX,
+    endpoints, keys, ready, security, signals, DRAIN_TIMEOUT_MAX, DURATION_MAX, SUFFIX_LEN,
+    WARM_POOL_MAX,
 };
 use crate::model::{
     GroupName, GroupSpec, Policy, ScaleDownOrder, GROUP_KEY, MAX_INSTANCES, RESTART_BACKOFF_MAX,

@@ -15,8 +15,8 @@ use super::{
     WINDOW_MAX,
 };
 use crate::model::{
-    EndpointsSpec, GroupName, Probe, ReadySpec, DEFAULT_INTERFACE, MAX_INSTANCES, RESERVE_PERCENT_MAX,
-    RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
+    EndpointsSpec, GroupName, Probe, ReadySpec, DEFAULT_INTERFACE, MAX_INSTANCES,
+    RESERVE_PERCENT_MAX, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
 };
 
 /// The table a key belongs to.

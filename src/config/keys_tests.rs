@@ -90,7 +90,8 @@ fn every_example_is_valid_together() {
 #[test]
 fn the_parser_reads_every_key_of_the_table() {
     for k in keys() {
-        let wrong = if k.table == Table::Group && matches!(k.name, "config" | "ready" | "endpoints") {
+        let wrong = if k.table == Table::Group && matches!(k.name, "config" | "ready" | "endpoints")
+        {
             "\"a string\""
         } else {
             "{ wrong = 1 }"

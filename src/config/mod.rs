@@ -6,11 +6,11 @@
 //! and the daemon's user can have written it (see [`open_checked`]).
 
 mod diag;
+mod endpoints;
 mod fields;
 mod group;
 pub mod keys;
 mod program;
-mod endpoints;
 mod ready;
 mod remote;
 mod safe_open;

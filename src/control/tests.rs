@@ -36,6 +36,7 @@ fn group(name: &str, project: &str) -> GroupStatus {
         starting: 0,
         not_ready: 0,
         instances: Vec::new(),
+        endpoints: None,
     }
 }
 
@@ -137,6 +138,7 @@ fn readiness_shows_in_the_metrics_and_the_json_document() {
         starting: 1,
         not_ready: 1,
         instances: views.iter().map(InstanceState::of).collect(),
+        endpoints: None,
         ..group("web", "default")
     };
     let t = Telemetry::default();
