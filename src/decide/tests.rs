@@ -69,7 +69,7 @@ pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
     }
 }
 
-pub(super) fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstance {
+pub(crate) fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstance {
     ObservedInstance {
         readiness: Default::default(),
         address: None,
