@@ -25,12 +25,17 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{document, set, Endpoint, EndpointsStatus};
-use crate::model::{DesiredState, EndpointsSpec, GroupSpec, Observation};
+use crate::model::{DesiredState, EndpointsSpec, GroupSpec, Observation, Readiness};
 
 /// The first wait before a failed run is retried.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// The longest wait between retries.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// How long a daemon that starts (or takes a group over) waits, at most, for its running
+/// instances to be checked (or their addresses read) before it publishes a first set: the
+/// set it found, not an empty one because nothing was looked at yet.
+pub const SETTLE: Duration = Duration::from_secs(10);
 
 /// How a command is run: `(command, timeout, stdin)` → `Err(why)` unless it exited with 0.
 pub type Runner = Arc<
@@ -73,6 +78,8 @@ struct State {
     retry_at: Option<Instant>,
     /// A run is in flight.
     running: bool,
+    /// When a pass first handed a set that was not settled yet (see [`SETTLE`]).
+    unsettled_since: Option<Instant>,
 }
 
 impl State {
@@ -89,6 +96,7 @@ impl State {
             backoff: BACKOFF_BASE,
             retry_at: None,
             running: false,
+            unsettled_since: None,
         }
     }
 
@@ -247,10 +255,28 @@ impl Publisher {
     }
 
     /// What a pass of the lease holder observed: the set to publish (leaving instances aside).
+    /// The first set after a start or a takeover waits, up to [`SETTLE`], for every running
+    /// instance to have been checked once (or its address read, without checks).
     pub fn observed(&self, spec: &GroupSpec, obs: &Observation) {
         let found = set(spec, &obs.instances, &BTreeSet::new());
+        let unknown = obs.instances.iter().any(|i| {
+            i.status.is_healthy()
+                && !i.warm
+                && match &i.readiness {
+                    Readiness::Starting { why } => why.is_empty(),
+                    Readiness::Unchecked => i.address.is_none(),
+                    _ => false,
+                }
+        });
         self.entry(spec, |e| {
             let mut st = lock(&e.state);
+            if st.observed.is_none() && unknown {
+                let since = *st.unsettled_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < SETTLE {
+                    return;
+                }
+            }
+            st.unsettled_since = None;
             if st.observed.as_ref() != Some(&found) {
                 st.observed = Some(found);
             }
@@ -265,6 +291,7 @@ impl Publisher {
         self.entry(spec, |e| {
             let mut st = lock(&e.state);
             st.observed = None;
+            st.unsettled_since = None;
             st.published = None;
             st.error = None;
             st.retry_at = None;
@@ -294,6 +321,15 @@ impl Publisher {
         };
         let wait = {
             let mut st = lock(&state);
+            if st.observed.is_none() {
+                // Nothing published since this daemon started (or took the group over): the
+                // balancer may still send it requests.
+                return Err(
+                    "the endpoints are not published yet since this daemon started \
+                            or took the group over"
+                        .to_owned(),
+                );
+            }
             let named = |set: Option<&Vec<Endpoint>>| {
                 set.is_some_and(|s| s.iter().any(|e| e.instance == instance))
             };

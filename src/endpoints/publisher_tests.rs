@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::decide::tests::{spec, unmeasured};
-use crate::model::{InstanceStatus, ObservedInstance};
+use crate::model::{InstanceStatus, ObservedInstance, Readiness};
 
 /// What the fake runner saw: when (since the test's start) and the stdin of each run.
 #[derive(Default)]
@@ -196,4 +196,37 @@ async fn a_removal_publishes_the_set_without_its_instance_or_is_held() {
 
 fn state_of(p: &Publisher, g: &GroupSpec) -> Arc<Mutex<State>> {
     p.entry(g, |e| e.state.clone()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_start_publishes_the_set_it_finds_not_an_empty_one_first() {
+    let t0 = Instant::now();
+    let (runner, seen) = fake(t0);
+    let p = Publisher::with_runner(runner);
+    let g = group();
+    p.set_desired(&state(&g));
+    // The first pass after a start: the instances are not checked yet.
+    let mut first = obs(&[1, 2]);
+    for i in &mut first.instances {
+        i.readiness = Readiness::Starting { why: String::new() };
+    }
+    p.observed(&g, &first);
+    settle().await;
+    assert!(
+        lock(&seen).runs.is_empty(),
+        "nothing known: nothing published"
+    );
+    assert!(p.leave(&g, "web-1").await.is_err(), "no removal before");
+    // Checked: the set found.
+    p.observed(&g, &obs(&[1, 2]));
+    settle().await;
+    assert_eq!(lock(&seen).runs[0].1, json(&[1, 2]));
+    // Never known: published as it is after SETTLE.
+    p.standby(&g);
+    p.observed(&g, &first);
+    tokio::time::sleep(SETTLE).await;
+    p.observed(&g, &first);
+    settle().await;
+    assert_eq!(lock(&seen).runs.len(), 2);
+    assert_eq!(lock(&seen).runs[1].1, json(&[]));
 }

@@ -406,3 +406,27 @@ async fn a_standby_publishes_nothing() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_restart_publishes_the_set_it_finds_before_anything_else() {
+    let port = listener().await;
+    let hook = Hook::new();
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(crate::fake::mem(10.0));
+    // What a daemon before this one left: two instances in service.
+    fake.add_owned("web", "web-aaaaaa", "Running");
+    fake.add_owned("web", "web-bbbbbb", "Running");
+    let d = start("host-a:1:aaaa", &toml(2, 2), fake.clone(), port, &hook);
+    let runs = until("a first run", Duration::from_secs(30), || {
+        let runs = hook.runs();
+        (!runs.is_empty()).then_some(runs)
+    })
+    .await;
+    assert_eq!(
+        runs[0].1,
+        ["web-aaaaaa", "web-bbbbbb"],
+        "the set found, not an empty one first"
+    );
+    assert!(fake.deletions().is_empty());
+    d.shutdown().await;
+}
