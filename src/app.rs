@@ -196,6 +196,7 @@ fn context(reach: &Reach, lease: Duration) -> anyhow::Result<Context> {
         telemetry,
         leases: Arc::new(crate::lease::Leases::new(lease)),
         ready: Arc::default(),
+        endpoints: Arc::default(),
     })
 }
 

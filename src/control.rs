@@ -90,6 +90,10 @@ pub struct GroupStatus {
     /// Every instance of the group as the last pass saw it; empty before the first pass.
     #[serde(default)]
     pub instances: Vec<InstanceState>,
+    /// The group's endpoints (`[groups.NAME.endpoints]`): the set last published, whether a
+    /// run is due or being retried, and why the last run failed; absent without the table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<crate::endpoints::EndpointsStatus>,
 }
 
 /// One instance of a group, as `status --json` prints it.

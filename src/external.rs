@@ -142,9 +142,26 @@ fn quoted(stdout: &str) -> String {
 /// whitespace: one finite number, 0 or more, as Rust's `f64` parser reads it (`42`, `3.5`,
 /// `.5`, `+7`, `1e3`); not `inf`, `nan`, units, `1_000`, `1,5` or two numbers.
 pub async fn read(spec: &ExternalSpec) -> Result<f64, ExternalError> {
-    let (status, stdout, stderr) = run::run(&spec.command, spec.timeout).await?;
+    let (status, stdout, stderr) = run::run(&spec.command, spec.timeout, None).await?;
+    exited(status, &stderr)?;
+    parse(&stdout)
+}
+
+/// Runs `command` once, as [`read`] runs a signal's program, with `input` on its standard
+/// input (then closed): `Ok` when it exits with 0, whatever it printed.
+pub async fn run_with_input(
+    command: &[String],
+    timeout: Duration,
+    input: &[u8],
+) -> Result<(), ExternalError> {
+    let (status, _, stderr) = run::run(command, timeout, Some(input)).await?;
+    exited(status, &stderr)
+}
+
+/// `Ok` when the program exited with 0, else how it ended with the start of its stderr.
+fn exited(status: std::process::ExitStatus, stderr: &Captured) -> Result<(), ExternalError> {
     let ended = match (status.code(), status.signal()) {
-        (Some(0), _) => return parse(&stdout),
+        (Some(0), _) => return Ok(()),
         (Some(code), _) => Ended::Code(code),
         (None, Some(signal)) => Ended::Signal(signal),
         // Neither: not on Linux (stopped or continued are not reported by wait).

@@ -14,6 +14,7 @@ pub mod control;
 pub mod daemon;
 pub mod decide;
 pub mod dry_run;
+pub mod endpoints;
 pub mod events;
 pub mod exposition;
 pub mod external;

@@ -42,8 +42,18 @@ pub fn readiness(
     spec: &GroupSpec,
     inst: &Instance,
 ) -> (Readiness, Option<std::net::IpAddr>) {
-    if spec.ready.is_none() || !inst.status().is_healthy() {
+    if !inst.status().is_healthy() {
         return (Readiness::Unchecked, None);
+    }
+    if spec.ready.is_none() {
+        // A group with endpoints has its instances' addresses read, not checked.
+        let address = spec
+            .endpoints
+            .as_ref()
+            .and_then(|_| board.get(&spec.project, spec.name.as_str(), &inst.name))
+            .filter(|seen| seen.start == inst.last_used_at)
+            .and_then(|seen| seen.address);
+        return (Readiness::Unchecked, address);
     }
     match board.get(&spec.project, spec.name.as_str(), &inst.name) {
         Some(seen) if seen.start == inst.last_used_at => (seen.readiness, seen.address),

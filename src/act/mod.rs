@@ -47,6 +47,13 @@ pub enum ActError {
     /// The daemon's lease of the group ran out before this step.
     #[error("stopped before {step}: this daemon's lease of the group ran out")]
     LeaseLost { step: String },
+    /// A removal held: the set without the instance could not be published (the endpoints
+    /// command failed or did not end in time), so it stays in service and is tried again at
+    /// a later pass.
+    #[error(
+        "held the removal of {name}: {why}; it stays in the endpoints and is tried again later"
+    )]
+    Held { name: String, why: String },
 }
 
 impl ActError {
@@ -127,6 +134,9 @@ pub struct Ctx<'a> {
     pub spec: &'a GroupSpec,
     pub shutdown: &'a Shutdown,
     pub fence: Fence<'a>,
+    /// The group's endpoints: a removal takes its instance out of the set first (`None`:
+    /// nothing is published, as in a look taken once).
+    pub endpoints: Option<&'a crate::endpoints::Publisher>,
 }
 
 impl Ctx<'_> {

@@ -15,12 +15,16 @@
 //!   then by force, then deletes, asking the lease before each of these steps, and checking
 //!   ownership and protection again on a fresh read before each step that takes it further
 //!   out of service: one protected meanwhile is left running, or started again when the
-//!   removal had stopped it.
+//!   removal had stopped it. For a group with endpoints, a running instance first leaves the
+//!   set: the set without it is published (the removal is held when that fails) and
+//!   `deregistration_delay` passes, cut short by a shutdown, before the drain; one that was
+//!   not in the set is removed without waiting.
 
 use std::time::Duration;
 
 use super::{ActError, Ctx, Done};
 use crate::decide::owner_value;
+use crate::endpoints::publisher::Left;
 use crate::incus::{IncusError, Instance, StateChange};
 use crate::model::{InstanceStatus, OWNER_KEY, PROTECTED_KEY, UUID_KEY, WARM_KEY};
 use crate::observe::is_owned;
@@ -189,6 +193,9 @@ pub(super) async fn promote(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
 /// removed.
 pub(super) async fn remove(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
     let result = removal(ctx, name).await;
+    if let (Some(p), Some(_)) = (ctx.endpoints, &ctx.spec.endpoints) {
+        p.done(ctx.spec, name, result.is_ok());
+    }
     if matches!(result, Err(ActError::LeaseLost { .. })) {
         // Half-way: the next pass (of whoever holds the lease) reads it again.
         ctx.store.invalidate(&ctx.spec.project);
@@ -219,6 +226,9 @@ async fn removal(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
         return Ok(());
     };
     stage.ran = status.is_healthy();
+    if status.is_healthy() {
+        deregister(ctx, name).await?;
+    }
     if status.is_healthy() && !spec.drain_command.is_empty() {
         ctx.fenced(|| format!("draining {name}"))?;
         drain(ctx, name).await;
@@ -331,6 +341,41 @@ async fn recheck(
         name: name.to_owned(),
         why,
     })
+}
+
+/// Takes `name` out of the group's endpoints before it is drained and stopped: the set
+/// without it is published, then `deregistration_delay` passes (cut short by a shutdown).
+/// Nothing is waited for when the group has no endpoints, or `name` was not in the set. A
+/// set that could not be published holds the removal ([`ActError::Held`]).
+async fn deregister(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
+    let (Some(publisher), Some(e)) = (ctx.endpoints, &ctx.spec.endpoints) else {
+        return Ok(());
+    };
+    ctx.fenced(|| format!("taking {name} out of the endpoints"))?;
+    let g = ctx.spec.name.as_str();
+    match publisher.leave(ctx.spec, name).await {
+        Ok(Left::NotInSet) => Ok(()),
+        Ok(Left::Deregistered) => {
+            let delay = e.deregistration_delay;
+            tracing::info!(
+                group = g,
+                instance = name,
+                action = "deregister",
+                outcome = "ok",
+                "took {name} out of the endpoints of {g}; stopping it in {}",
+                humantime::format_duration(delay)
+            );
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = ctx.shutdown.wait() => {}
+            }
+            Ok(())
+        }
+        Err(why) => Err(ActError::Held {
+            name: name.to_owned(),
+            why,
+        }),
+    }
 }
 
 /// Runs the group's `drain_command` in `name` before its stop, within `drain_timeout`, cut

@@ -9,7 +9,8 @@ use toml::de::DeValue;
 use super::diag::{Collector, Severity};
 use super::fields::{self, Fields};
 use super::{
-    keys, ready, security, signals, DRAIN_TIMEOUT_MAX, DURATION_MAX, SUFFIX_LEN, WARM_POOL_MAX,
+    endpoints, keys, ready, security, signals, DRAIN_TIMEOUT_MAX, DURATION_MAX, SUFFIX_LEN,
+    WARM_POOL_MAX,
 };
 use crate::model::{
     GroupName, GroupSpec, Policy, ScaleDownOrder, GROUP_KEY, MAX_INSTANCES, RESTART_BACKOFF_MAX,
@@ -184,6 +185,8 @@ pub(super) fn group(
     let config = config.unwrap_or_default();
     let signals = signals::read(c, &mut t, &config, check_files);
     let ready = ready::read(c, &mut t);
+    let ready_port = ready.as_ref().and_then(|r| r.probe.port());
+    let endpoints = endpoints::read(c, &mut t, ready_port, check_files);
     let profiles = profiles.map_or_else(|| vec!["default".to_owned()], |(p, _)| p);
     if !config.contains_key("limits.memory") {
         c.warning(
@@ -237,6 +240,7 @@ pub(super) fn group(
         drain_timeout: secs(drain_timeout, 30),
         target,
         ready,
+        endpoints,
         name,
     })
 }

@@ -5,14 +5,18 @@
 
 use std::time::Duration;
 
+use super::endpoints::{
+    DELAY_MAX as ENDPOINTS_DELAY_MAX, TIMEOUT_MAX as ENDPOINTS_TIMEOUT_MAX,
+    TIMEOUT_MIN as ENDPOINTS_TIMEOUT_MIN,
+};
 use super::ready::{FAILURES_MAX, INTERFACE_MAX_LEN, PERIOD_MAX, PERIOD_MIN};
 use super::{
     DRAIN_TIMEOUT_MAX, DURATION_MAX, EXTERNAL_TIMEOUT_MAX, PARALLEL_MAX, SUFFIX_LEN, WARM_POOL_MAX,
     WINDOW_MAX,
 };
 use crate::model::{
-    GroupName, Probe, ReadySpec, DEFAULT_INTERFACE, MAX_INSTANCES, RESERVE_PERCENT_MAX,
-    RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
+    EndpointsSpec, GroupName, Probe, ReadySpec, DEFAULT_INTERFACE, MAX_INSTANCES,
+    RESERVE_PERCENT_MAX, RESTART_BACKOFF_MAX, STOP_TIMEOUT_MAX,
 };
 
 /// The table a key belongs to.
@@ -28,6 +32,8 @@ pub enum Table {
     Schedule,
     /// `[groups.NAME.ready]`.
     Ready,
+    /// `[groups.NAME.endpoints]`.
+    Endpoints,
 }
 
 /// When a change of the key takes effect.
@@ -86,7 +92,7 @@ fn up_to(min: Duration, max: Duration) -> Option<String> {
 /// Every key, `[daemon]` first, each table in the manual's order.
 pub fn keys() -> Vec<Key> {
     use Applies::{AtStart, OnReload};
-    use Table::{Daemon, External, Group, Ready, Schedule};
+    use Table::{Daemon, Endpoints, External, Group, Ready, Schedule};
     let d = |s: &str| Some(s.to_owned());
     let quoted = |t: Duration| Some(format!("\"{}\"", h(t)));
     let ready = ReadySpec::with_probe(Probe::Tcp { port: 1 });
@@ -680,6 +686,21 @@ pub fn keys() -> Vec<Key> {
             example: "ready = { port = 8080, path = \"/healthz\" }",
         },
         Key {
+            table: Group,
+            name: "endpoints",
+            kind: "table",
+            default: d("none: nothing is published"),
+            range: None,
+            applies: OnReload,
+            doc: "Where the group's instances in service are published for a load balancer: a \
+                  [groups.NAME.endpoints] table, see ENDPOINTS. An endpoint is an instance that \
+                  runs, is ready (or has no ready table), has an address on the group's \
+                  interface (ready.interface, else eth0) and is not being removed. A removal \
+                  takes the instance out of the set and waits for command to succeed, then \
+                  deregistration_delay, before it drains and stops the instance.",
+            example: "endpoints = { port = 8080, command = [\"/usr/lib/incus-hpa/hooks/haproxy\", \"--backend\", \"web\"] }",
+        },
+        Key {
             table: External,
             name: "command",
             kind: "array of strings",
@@ -870,6 +891,62 @@ pub fn keys() -> Vec<Key> {
                   global IPv4 address, else its first global IPv6 address, as Incus reports it \
                   once the instance has started. An instance without one fails its port checks.",
             example: "interface = \"eth0\"",
+        },
+        Key {
+            table: Endpoints,
+            name: "port",
+            kind: "integer",
+            default: d("the ready table's port; required without one"),
+            range: Some("1 to 65535".into()),
+            applies: OnReload,
+            doc: "The port each endpoint is published with: the port the instances take \
+                  requests on.",
+            example: "port = 8080",
+        },
+        Key {
+            table: Endpoints,
+            name: "command",
+            kind: "array of strings",
+            default: None,
+            range: Some("an absolute path first".into()),
+            applies: OnReload,
+            doc: "The program that tells the load balancer, and its arguments, run on the \
+                  daemon's host under the rules of an external signal's command (root's file \
+                  in root's directories, no shell, no PATH search, a small environment), with \
+                  the set as one line of JSON on its standard input: \
+                  {\"group\":\"web\",\"project\":\"default\",\"endpoints\":[{\"instance\":\"web-3kd9x2\",\
+                  \"address\":\"10.98.0.12\",\"port\":80}]}, endpoints sorted by instance. It \
+                  runs when the set changes, when the daemon starts or takes the group over, \
+                  and after a reload; only on the daemon that holds the group's lease. Exit \
+                  status 0 is success; a failure is retried after 1s, doubling up to 1m, and \
+                  logged once with its stderr, and again when it succeeds.",
+            example: "command = [\"/usr/lib/incus-hpa/hooks/haproxy\", \"--backend\", \"web\"]",
+        },
+        Key {
+            table: Endpoints,
+            name: "timeout",
+            kind: "duration",
+            default: quoted(EndpointsSpec::TIMEOUT),
+            range: up_to(ENDPOINTS_TIMEOUT_MIN, ENDPOINTS_TIMEOUT_MAX),
+            applies: OnReload,
+            doc: "How long one run of command may take; one that has not ended by then is \
+                  killed with everything it started, and counts as failed. A removal waits at \
+                  most twice this, and a second, for the set without its instance to be \
+                  published; then the removal is held and tried again at a later pass.",
+            example: "timeout = \"10s\"",
+        },
+        Key {
+            table: Endpoints,
+            name: "deregistration_delay",
+            kind: "duration",
+            default: quoted(EndpointsSpec::DEREGISTRATION_DELAY),
+            range: Some(format!("at most {}", h(ENDPOINTS_DELAY_MAX))),
+            applies: OnReload,
+            doc: "How long a removed instance keeps running once the set without it is \
+                  published, for the requests it still serves to end; then it is drained \
+                  (drain_command) and stopped. An instance that was not in the set is removed \
+                  without waiting.",
+            example: "deregistration_delay = \"10s\"",
         },
     ]
 }

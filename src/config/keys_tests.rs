@@ -53,6 +53,11 @@ fn every_key(tables: bool, check: Check) -> String {
             text.push_str(k.example);
             text.push('\n');
         }
+        text.push_str("\n[groups.web.endpoints]\n");
+        for k in keys().iter().filter(|k| k.table == Table::Endpoints) {
+            text.push_str(k.example);
+            text.push('\n');
+        }
     }
     text
 }
@@ -85,7 +90,8 @@ fn every_example_is_valid_together() {
 #[test]
 fn the_parser_reads_every_key_of_the_table() {
     for k in keys() {
-        let wrong = if k.table == Table::Group && matches!(k.name, "config" | "ready") {
+        let wrong = if k.table == Table::Group && matches!(k.name, "config" | "ready" | "endpoints")
+        {
             "\"a string\""
         } else {
             "{ wrong = 1 }"
@@ -110,6 +116,7 @@ fn the_parser_reads_every_key_of_the_table() {
             Table::External => format!("groups.web.external[0].{}", k.name),
             Table::Schedule => format!("groups.web.schedule[0].{}", k.name),
             Table::Ready => format!("groups.web.ready.{}", k.name),
+            Table::Endpoints => format!("groups.web.endpoints.{}", k.name),
         };
         let e = crate::config::parse(Path::new("keys"), &text).unwrap_err();
         assert!(

@@ -6,6 +6,7 @@
 //! and the daemon's user can have written it (see [`open_checked`]).
 
 mod diag;
+mod endpoints;
 mod fields;
 mod group;
 pub mod keys;

@@ -135,6 +135,8 @@ pub struct Telemetry {
     labelled: Mutex<Labelled>,
     /// Who acts on a group now (see [`Telemetry::live_standby`]).
     standby: std::sync::OnceLock<Standby>,
+    /// Each group's endpoints now (see [`Telemetry::live_endpoints`]).
+    endpoints: std::sync::OnceLock<Endpoints>,
 }
 
 /// The (project, group) pairs that have counters, with the (kind, outcome) of their action
@@ -149,6 +151,10 @@ struct Labelled {
 /// Who acts on `group` of `project` now, by this daemon's leases: `None` when this daemon
 /// does, else who does or why nobody does.
 pub type Standby = std::sync::Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
+
+/// The endpoints of `group` of `project` now (`None`: the group has no `endpoints` table).
+pub type Endpoints =
+    std::sync::Arc<dyn Fn(&str, &str) -> Option<crate::endpoints::EndpointsStatus> + Send + Sync>;
 
 impl Default for Telemetry {
     fn default() -> Self {
@@ -264,6 +270,7 @@ impl Default for Telemetry {
             board: Mutex::new(Status::default()),
             labelled: Mutex::default(),
             standby: std::sync::OnceLock::new(),
+            endpoints: std::sync::OnceLock::new(),
         }
     }
 }
@@ -472,12 +479,23 @@ impl Telemetry {
         let _ = self.standby.set(who);
     }
 
+    /// Reads each group's `endpoints` from `read` when the status is asked (set once; later
+    /// calls are ignored).
+    pub fn live_endpoints(&self, read: Endpoints) {
+        let _ = self.endpoints.set(read);
+    }
+
     /// The `/status` document now.
     pub fn status(&self) -> Status {
         let mut status = lock(&self.board).clone();
         if let Some(who) = self.standby.get() {
             for g in &mut status.groups {
                 g.standby = who(&g.project, &g.name);
+            }
+        }
+        if let Some(read) = self.endpoints.get() {
+            for g in &mut status.groups {
+                g.endpoints = read(&g.project, &g.name);
             }
         }
         status

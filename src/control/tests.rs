@@ -36,6 +36,7 @@ fn group(name: &str, project: &str) -> GroupStatus {
         starting: 0,
         not_ready: 0,
         instances: Vec::new(),
+        endpoints: None,
     }
 }
 
@@ -137,6 +138,7 @@ fn readiness_shows_in_the_metrics_and_the_json_document() {
         starting: 1,
         not_ready: 1,
         instances: views.iter().map(InstanceState::of).collect(),
+        endpoints: None,
         ..group("web", "default")
     };
     let t = Telemetry::default();
@@ -177,4 +179,34 @@ fn readiness_shows_in_the_metrics_and_the_json_document() {
 
     let table = table(&Status { groups: vec![g] });
     assert!(table.contains("2 (1 starting, 1 not ready)"), "{table}");
+}
+
+#[test]
+fn a_group_s_endpoints_are_in_the_status_as_read_when_asked() {
+    use crate::endpoints::{Endpoint, EndpointsStatus};
+    let t = Telemetry::default();
+    t.publish(Status {
+        groups: vec![group("web", "default"), group("db", "default")],
+    });
+    t.live_endpoints(std::sync::Arc::new(|_, group| {
+        (group == "web").then(|| EndpointsStatus {
+            published: vec![Endpoint {
+                instance: "web-3kd9x2".into(),
+                address: "10.98.0.12".into(),
+                port: 80,
+            }],
+            pending: true,
+            error: Some("exited with code 1: no backend".into()),
+        })
+    }));
+    let v = serde_json::to_value(t.status()).unwrap();
+    assert_eq!(
+        v["groups"][0]["endpoints"].to_string(),
+        "{\"error\":\"exited with code 1: no backend\",\"pending\":true,\"published\":\
+         [{\"address\":\"10.98.0.12\",\"instance\":\"web-3kd9x2\",\"port\":80}]}"
+    );
+    assert!(
+        v["groups"][1].get("endpoints").is_none(),
+        "absent without a table"
+    );
 }

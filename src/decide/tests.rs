@@ -44,6 +44,7 @@ pub(crate) fn spec(min: u32, max: u32, threshold: f64) -> GroupSpec {
         drain_timeout: Duration::from_secs(30),
         target: None,
         ready: None,
+        endpoints: None,
     }
 }
 
@@ -68,7 +69,7 @@ pub(super) fn at(percent: f64, created: i64) -> ObservedInstance {
     }
 }
 
-pub(super) fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstance {
+pub(crate) fn unmeasured(status: InstanceStatus, created: i64) -> ObservedInstance {
     ObservedInstance {
         readiness: Default::default(),
         address: None,

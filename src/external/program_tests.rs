@@ -304,3 +304,35 @@ fn a_script_the_daemon_may_not_read_never_starts_its_interpreter() {
     let e = result.unwrap_err();
     assert!(e.contains("not readable by the daemon's user"), "{e}");
 }
+
+#[tokio::test]
+async fn a_program_run_with_input_reads_it_on_stdin() {
+    let (dir, prog) = program();
+    let out = dir.path().join("out");
+    write(
+        &prog,
+        &format!(
+            "#!/bin/sh\ncat > {}\n[ -s {} ] || {{ echo empty >&2; exit 3; }}\n",
+            out.display(),
+            out.display()
+        ),
+        0o755,
+    );
+    let command = vec![prog.display().to_string()];
+    let input = b"{\"group\":\"web\"}\n";
+    run_with_input(&command, Duration::from_secs(10), input)
+        .await
+        .unwrap();
+    assert_eq!(fs::read(&out).unwrap(), input);
+    // Nothing given: an exit status other than 0, with its stderr.
+    let e = run_with_input(&command, Duration::from_secs(10), b"")
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "exited with code 3: empty");
+    // A program that does not read its input still succeeds.
+    write(&prog, "#!/bin/sh\nexit 0\n", 0o755);
+    let big = vec![b'x'; 1 << 20];
+    run_with_input(&command, Duration::from_secs(10), &big)
+        .await
+        .unwrap();
+}

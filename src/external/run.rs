@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use rustix::io::{fcntl_setfd, Errno, FdFlags};
 use rustix::process::{set_child_subreaper, setsid, Pid};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 
 use super::reap;
@@ -31,9 +31,12 @@ use crate::text::printable;
 const KILL_WAIT: Duration = Duration::from_secs(1);
 
 /// Runs the program to its end (see [`super::read`]): its exit status, stdout and stderr.
+/// With `input`, its stdin is a pipe that gets `input` then is closed (a program that exits
+/// without reading it all is no error); without, `/dev/null`.
 pub(super) async fn run(
     command: &[String],
     timeout: Duration,
+    input: Option<&[u8]>,
 ) -> Result<(ExitStatus, Captured, Captured), ExternalError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let Some((program, args)) = command.split_first() else {
@@ -56,7 +59,11 @@ pub(super) async fn run(
     let mut cmd = std::process::Command::new(program);
     cmd.env_clear()
         .current_dir("/")
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let in_child = exec.clone();
@@ -87,12 +94,18 @@ pub(super) async fn run(
     };
     // Dropped on an error: the leader, and whatever it started, are killed.
     let (out, err) = pipes.map_err(spawn_error)?;
+    let stdin = match child.stdin.take() {
+        Some(w) => Some(pipe::Sender::from_owned_fd(OwnedFd::from(w)).map_err(spawn_error)?),
+        None => None,
+    };
     let finished = tokio::time::timeout_at(deadline, async {
         let ended = async {
             leader.exited().await;
             leader.end()
         };
-        tokio::join!(capture(out), capture(err), ended)
+        let fed = feed(stdin, input.unwrap_or_default());
+        let (out, err, (), ended) = tokio::join!(capture(out), capture(err), fed, ended);
+        (out, err, ended)
     })
     .await;
     match finished {
@@ -196,6 +209,15 @@ impl Exec {
         }
         Err(io::Error::last_os_error())
     }
+}
+
+/// Writes `input` into the program's stdin, then closes it. A write error (the program closed
+/// its end, or exited) ends it: how the program ended tells the rest.
+async fn feed(pipe: Option<pipe::Sender>, input: &[u8]) {
+    let Some(mut pipe) = pipe else {
+        return;
+    };
+    let _ = pipe.write_all(input).await;
 }
 
 /// Reads `pipe` to its end, keeping the first [`KEPT`] bytes. A read error ends it like the

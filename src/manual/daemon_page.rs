@@ -64,6 +64,7 @@ pub fn daemon_page() -> String {
     }
     exit_status(&mut p);
     signals(&mut p);
+    endpoints(&mut p);
     files(&mut p);
     environment(&mut p);
     journal(&mut p);
@@ -248,6 +249,27 @@ fn signals(p: &mut Page) {
         "Stop: no new action starts, a drain in flight is cut short, the actions in flight \
          complete (165 s at most), the leases are given up, and the daemon exits 0. Instances \
          are left running.",
+    );
+}
+
+fn endpoints(p: &mut Page) {
+    p.section("ENDPOINTS");
+    p.para(
+        "For a group with a [groups.NAME.endpoints] table (see incus-hpa.toml(5)), the daemon \
+         holding the group's lease runs its command with the group's endpoints on standard \
+         input, one line of JSON, endpoints sorted by instance name, an IPv6 address without \
+         brackets, an empty list when no instance is in service:",
+    );
+    p.literal(
+        "{\"group\":\"web\",\"project\":\"default\",\"endpoints\":[{\"instance\":\"web-3kd9x2\",\n \
+         \"address\":\"10.98.0.12\",\"port\":80}]}",
+    );
+    p.para(
+        "It runs when the set changes, at start, after a takeover and after a reload; a failed \
+         run is retried after 1 s, doubling up to 1 min. A removal publishes the set without \
+         its instance and waits deregistration_delay before the drain and the stop; a failed \
+         run holds the removal. status --json shows, per group, endpoints: {\"published\": \
+         [the same objects], \"pending\": true or false, \"error\": the last failure or null}.",
     );
 }
 

@@ -112,6 +112,7 @@ fn every_key_is_on_the_file_page_in_its_table() {
         (Table::External, ".SH \"EXTERNAL SIGNALS\""),
         (Table::Schedule, ".SH SCHEDULES"),
         (Table::Ready, ".SH READINESS"),
+        (Table::Endpoints, ".SH ENDPOINTS"),
     ] {
         let section = part(&page, heading);
         for k in keys().into_iter().filter(|k| k.table == table) {

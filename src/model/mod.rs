@@ -30,7 +30,7 @@ pub use observation::{
 pub use plan::{
     Action, Cause, HoldWindow, InstanceView, Note, Plan, Reason, Room, SignalState, Summary,
 };
-pub use serving::{Address, Probe, Readiness, ReadySpec, DEFAULT_INTERFACE};
+pub use serving::{Address, EndpointsSpec, Probe, Readiness, ReadySpec, DEFAULT_INTERFACE};
 pub use spec::{
     DaemonSpec, DesiredState, ExternalSpec, GroupName, GroupSpec, MemorySourceKind, Policy,
     ScaleDownOrder, ScheduleSpec, DEFAULT_CONTROL_SOCKET, MAX_INSTANCES, RESTART_BACKOFF_MAX,

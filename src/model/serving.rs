@@ -79,6 +79,34 @@ impl ReadySpec {
     }
 }
 
+/// `[groups.NAME.endpoints]`: the group's in-service instances are published to a load
+/// balancer by running `command` with the set on its standard input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointsSpec {
+    /// The port each endpoint is published with.
+    pub port: u16,
+    /// The program (absolute path, root's) and its arguments, run on the daemon's host.
+    pub command: Vec<String>,
+    /// How long one run may take.
+    pub timeout: Duration,
+    /// After an instance leaves the set (its removal), how long before it is drained and
+    /// stopped.
+    pub deregistration_delay: Duration,
+}
+
+impl EndpointsSpec {
+    /// The default `timeout`.
+    pub const TIMEOUT: Duration = Duration::from_secs(10);
+    /// The default `deregistration_delay`.
+    pub const DEREGISTRATION_DELAY: Duration = Duration::from_secs(10);
+
+    /// How long a removal waits for the set without the instance to be published: a run in
+    /// flight, then its own, and a second to spare.
+    pub fn removal_wait(&self) -> Duration {
+        self.timeout * 2 + Duration::from_secs(1)
+    }
+}
+
 /// What the daemon knows of one instance's readiness.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Readiness {

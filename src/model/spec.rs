@@ -203,6 +203,18 @@ pub struct GroupSpec {
     pub target: Option<String>,
     /// When an instance is ready to take requests (`None`: as soon as it runs).
     pub ready: Option<super::ReadySpec>,
+    /// Where the group's in-service instances are published (`None`: nowhere).
+    pub endpoints: Option<super::EndpointsSpec>,
+}
+
+impl GroupSpec {
+    /// The interface whose address checks reach and endpoints publish: the `ready` table's,
+    /// else [`super::DEFAULT_INTERFACE`].
+    pub fn interface(&self) -> &str {
+        self.ready
+            .as_ref()
+            .map_or(super::DEFAULT_INTERFACE, |r| r.interface.as_str())
+    }
 }
 
 /// How a group's desired count follows its memory.

@@ -14,7 +14,12 @@
 //!
 //! Every daemon checks, the lease holder and the standbys alike: only the holder acts on what
 //! it finds.
+//!
+//! A group with `[groups.NAME.endpoints]` but no `ready` table is not checked: its running
+//! instances' addresses are read all the same ([`addresses`]), every [`ADDRESS_PERIOD`], and
+//! put on the board with their readiness [`Readiness::Unchecked`](crate::model::Readiness).
 
+mod addresses;
 pub mod board;
 pub mod probe;
 pub mod track;
@@ -51,12 +56,15 @@ pub struct Prober {
     task: JoinHandle<()>,
 }
 
-/// The groups of `state` that have checks.
+/// How often the addresses of a group with endpoints but no checks are looked at.
+pub const ADDRESS_PERIOD: Duration = Duration::from_secs(2);
+
+/// The groups of `state` that have checks, or endpoints (whose addresses are read).
 fn checked(state: &DesiredState) -> Vec<GroupSpec> {
     state
         .groups
         .values()
-        .filter(|g| g.ready.is_some())
+        .filter(|g| g.ready.is_some() || g.endpoints.is_some())
         .cloned()
         .collect()
 }
@@ -128,13 +136,29 @@ async fn run(
         for spec in specs {
             let key = (spec.project.clone(), spec.name.clone());
             if let Some((tx, _)) = groups.get(&key) {
-                tx.send_if_modified(|was| {
-                    let changed = *was != spec;
-                    if changed {
-                        *was = spec;
-                    }
-                    changed
-                });
+                // Checked before and now, or read for its addresses before and now: the
+                // task follows the new table; else another task takes over.
+                if tx.borrow().ready.is_some() == spec.ready.is_some() {
+                    tx.send_if_modified(|was| {
+                        let changed = *was != spec;
+                        if changed {
+                            *was = spec;
+                        }
+                        changed
+                    });
+                    continue;
+                }
+                groups.remove(&key);
+            }
+            if spec.ready.is_none() {
+                let (tx, rx) = watch::channel(spec);
+                let task = tokio::spawn(addresses::follow(
+                    incus.clone(),
+                    store.clone(),
+                    board.clone(),
+                    rx,
+                ));
+                groups.insert(key, (tx, Aborting(task)));
                 continue;
             }
             let checker = match &checker {

@@ -68,6 +68,9 @@ pub struct Context {
     pub leases: Arc<crate::lease::Leases>,
     /// What the readiness checks found ([`crate::ready`]), read by each pass.
     pub ready: Arc<crate::ready::Board>,
+    /// Publishes each group's endpoints ([`crate::endpoints`]): a pass of the lease holder
+    /// hands it what it observed, and a removal takes its instance out of the set first.
+    pub endpoints: Arc<crate::endpoints::Publisher>,
 }
 
 impl Context {
@@ -79,6 +82,11 @@ impl Context {
         self.telemetry.live_standby(Arc::new(move |project, group| {
             leases.standing(project, group).standby()
         }));
+        let endpoints = self.endpoints.clone();
+        self.telemetry
+            .live_endpoints(Arc::new(move |project, group| {
+                endpoints.status(project, group)
+            }));
     }
 }
 
@@ -244,6 +252,7 @@ impl Reconciler {
         let projects = state.groups.values().map(|g| g.project.clone()).collect();
         self.ctx.store.retain_projects(&projects);
         self.ctx.telemetry.retain_groups(state);
+        self.ctx.endpoints.set_desired(state);
         if state.daemon.memory_source != self.memory_kind {
             self.memory_kind = state.daemon.memory_source;
             self.memory = (self.ctx.memory)(self.memory_kind);
@@ -416,6 +425,7 @@ impl Reconciler {
                     scale_down_window: last.and_then(|l| l.hold).map(|h| h.describe()),
                     starting: last.map_or(0, |l| l.starting),
                     not_ready: last.map_or(0, |l| l.not_ready),
+                    endpoints: None,
                     instances: last
                         .map(|l| l.instances.iter().map(InstanceState::of).collect())
                         .unwrap_or_default(),

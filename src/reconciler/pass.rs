@@ -175,6 +175,15 @@ pub(super) async fn reconcile(
         .await
         .map_err(|e| (ReconcileError::Observe(e), None, Vec::new()))?;
     obs.external = w.external.clone();
+    if w.spec.endpoints.is_some() {
+        // Only the lease holder publishes; a standby forgets what it published, so that a
+        // takeover publishes the set it finds (before it removes anything).
+        if matches!(standing, Standing::Held { .. }) {
+            ctx.endpoints.observed(&w.spec, &obs);
+        } else {
+            ctx.endpoints.standby(&w.spec);
+        }
+    }
     w.seen = Some((
         obs.instances
             .iter()
@@ -279,6 +288,7 @@ pub(super) async fn reconcile(
             spec,
             shutdown: &ctx.stop,
             fence: &fence,
+            endpoints: Some(&ctx.endpoints),
         },
         &plan.actions,
         given.parallel,

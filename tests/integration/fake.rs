@@ -45,6 +45,8 @@ struct State {
     offline: std::collections::BTreeSet<String>,
     cluster_groups: BTreeMap<String, Vec<String>>,
     instances: BTreeMap<String, FakeInstance>,
+    /// Each delete that removed an instance, with when it did.
+    deletions: Vec<(String, std::time::SystemTime)>,
     clock: u64,
     calls: BTreeMap<&'static str, u64>,
     down: bool,
@@ -413,6 +415,11 @@ impl FakeIncus {
         self.with(|s| s.addresses.insert(name.to_owned(), addresses));
     }
 
+    /// Each delete that removed an instance, in order, with when it did.
+    pub fn deletions(&self) -> Vec<(String, std::time::SystemTime)> {
+        self.with(|s| s.deletions.clone())
+    }
+
     pub fn calls(&self, name: &str) -> u64 {
         self.with(|s| s.calls.get(name).copied().unwrap_or(0))
     }
@@ -654,6 +661,8 @@ impl Incus for FakeIncus {
             Some(i) if i.status == "Running" => Err(api(400, "Instance is running")),
             Some(_) => {
                 s.instances.remove(name);
+                s.deletions
+                    .push((name.to_owned(), std::time::SystemTime::now()));
                 s.emit("deleted", name, None);
                 Ok(())
             }

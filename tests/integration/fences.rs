@@ -60,6 +60,7 @@ async fn apply(
             spec,
             shutdown: &Shutdown::default(),
             fence: &fence,
+            endpoints: None,
         },
         actions,
         4,

@@ -5,6 +5,7 @@ mod cli;
 mod cluster;
 mod dashboard;
 mod docs;
+mod endpoints;
 mod fake;
 mod fences;
 mod generated;

@@ -134,6 +134,7 @@ fn start_with(
             Clocks::tokio(),
         )),
         ready: board.clone(),
+        endpoints: Default::default(),
     };
     tokio::spawn(ctx.leases.clone().keep(fake.clone()));
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -240,6 +240,7 @@ async fn waiting_for_incus_remembers_a_reload_and_honours_a_shutdown() {
         telemetry: Default::default(),
         leases: std::sync::Arc::new(incus_hpa::lease::Leases::new(Duration::from_secs(15))),
         ready: Default::default(),
+        endpoints: Default::default(),
     };
     fake.set_down(true);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -82,6 +82,7 @@ impl Harness {
                 Clocks::tokio(),
             )),
             ready: Default::default(),
+            endpoints: Default::default(),
         };
         let leases = ctx.leases.clone();
         let keeper = tokio::spawn(ctx.leases.clone().keep(fake.clone()));
@@ -226,6 +227,7 @@ pub fn web_status() -> incus_hpa::control::Status {
             starting: 0,
             not_ready: 0,
             instances: Vec::new(),
+            endpoints: None,
         }],
     }
 }

@@ -351,6 +351,11 @@ fn good(key: &str) -> BoxedStrategy<String> {
             "{ port = 80, path = \"/healthz\", period = \"5s\", failures = 1 }",
             "{ command = [\"/bin/true\"], timeout = \"500ms\", interface = \"enp5s0\" }",
         ]),
+        "endpoints" => select_str(&[
+            "{ port = 80, command = [\"/usr/lib/incus-hpa/hooks/haproxy\"] }",
+            "{ port = 8080, command = [\"/bin/hook\", \"web\"], timeout = \"2s\", \
+             deregistration_delay = \"0s\" }",
+        ]),
         "warm_pool" => (0u32..=config::WARM_POOL_MAX)
             .prop_map(|n| n.to_string())
             .boxed(),
