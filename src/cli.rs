@@ -104,7 +104,7 @@ pub enum Command {
     /// {"group":"web","project":"default","endpoints":[{"instance":"web-3kd9x2","address":"10.98.0.12","port":80}]},
     /// makes the load balancer send requests to exactly those endpoints, and exits 0 once it
     /// has, or 1 with the reason on stderr (the daemon logs it and runs the hook again). The
-    /// same set twice changes nothing the second time. docs/traffic-hooks.md shows the
+    /// same set twice changes nothing the second time. docs/traffic.md shows the
     /// configuration each expects.
     Hook {
         #[command(subcommand)]

@@ -301,7 +301,7 @@ fn files(p: &mut Page) {
         (
             "/usr/lib/incus-hpa/hooks/",
             "The ready-made endpoint hooks haproxy and nginx, which run incus-hpa hook haproxy \
-             and incus-hpa hook nginx; docs/traffic-hooks.md shows the configuration they \
+             and incus-hpa hook nginx; docs/traffic.md shows the configuration they \
              expect, and examples/haproxy-hook.conf and nginx-hook.conf the drop-ins they need.",
         ),
         (
