@@ -8,9 +8,9 @@ use incus_hpa::hooks::haproxy;
 
 use super::hooks_common::*;
 
-/// HAProxy in the foreground on `port`, with its admin socket in `dir`; returns once the
-/// socket answers.
-fn start_haproxy(dir: &std::path::Path, port: u16) -> Server {
+/// HAProxy in the foreground on `port`, its backend `web` of `slots` free server slots, with
+/// its admin socket in `dir`; returns once the socket answers.
+pub(crate) fn start_haproxy(dir: &std::path::Path, port: u16, slots: u32) -> Server {
     let socket = dir.join("admin.sock");
     let config = dir.join("haproxy.cfg");
     std::fs::write(
@@ -19,7 +19,7 @@ fn start_haproxy(dir: &std::path::Path, port: u16) -> Server {
             "global\n    stats socket {} mode 600 level admin\n\
              defaults\n    mode http\n    timeout connect 2s\n    timeout client 15s\n    timeout server 15s\n\
              frontend fe\n    bind 127.0.0.1:{port}\n    default_backend web\n\
-             backend web\n    server-template web- 1-3 127.0.0.1:80 disabled\n",
+             backend web\n    server-template web- 1-{slots} 127.0.0.1:80 disabled\n",
             socket.display()
         ),
     )
@@ -46,7 +46,7 @@ fn start_haproxy(dir: &std::path::Path, port: u16) -> Server {
 fn the_haproxy_hook_makes_the_backend_the_set_without_a_reload() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let _haproxy = start_haproxy(dir.path(), port);
+    let _haproxy = start_haproxy(dir.path(), port, 3);
     let socket = dir.path().join("admin.sock");
     let gate = Gate::default();
     let (a, b) = (backend("a", gate.clone()), backend("b", gate.clone()));
@@ -129,7 +129,7 @@ fn the_haproxy_hook_makes_the_backend_the_set_without_a_reload() {
 fn haproxy_rate_prints_the_backends_rate() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let _haproxy = start_haproxy(dir.path(), port);
+    let _haproxy = start_haproxy(dir.path(), port, 3);
     let socket = dir.path().join("admin.sock");
     let a = backend("a", Gate::default());
     succeeded(&hook(

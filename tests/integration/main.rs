@@ -32,6 +32,7 @@ mod real_operators;
 mod real_readings;
 mod real_ready;
 mod real_signals;
+mod real_traffic;
 mod real_trust;
 mod reconcile;
 mod setup_script;

@@ -12,15 +12,15 @@ use crate::lab::*;
 const MINUTE: Duration = Duration::from_secs(60);
 /// The test's own bridge and the profile that puts an instance's eth0 on it.
 const BRIDGE: &str = "hpa-rd-br";
-const PROFILE: &str = "hpa-rd";
-const SUBNET: &str = "10.251.7";
+pub(crate) const PROFILE: &str = "hpa-rd";
+pub(crate) const SUBNET: &str = "10.251.7";
 
 /// The bridge and the profile, made for the test and removed after it (after the lab's
 /// instances: declare it first).
-struct Net;
+pub(crate) struct Net;
 
 impl Net {
-    fn up() -> Self {
+    pub(crate) fn up() -> Self {
         require_incus();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-web-image.sh");
         let built = Command::new("bash").arg(script).status().unwrap();
@@ -59,7 +59,7 @@ impl Drop for Net {
     }
 }
 
-fn status_json(sock: &Path) -> serde_json::Value {
+pub(crate) fn status_json(sock: &Path) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_incus-hpa"))
         .args(["status", "--json", "--control-socket"])
         .arg(sock)
