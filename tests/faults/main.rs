@@ -2,8 +2,12 @@
 //! chosen requests with errors, drops, delays, garbage or failed operations ([`proxy`]), its
 //! own tests against a fake upstream, and the fault scenarios against the real incusd
 //! ([`scenarios`], ignored unless asked for: `scripts/test.sh` runs them one at a time and
-//! prints the table they fill); the third round of trust ([`third`]).
+//! prints the table they fill); the third round of trust ([`third`]); a group that serves,
+//! whose endpoints command hangs or fails ([`traffic`]).
 
+#[path = "../integration/hooks_common.rs"]
+#[allow(dead_code)]
+mod hooks_common;
 #[path = "../../benches/support/incusd.rs"]
 mod incusd;
 #[path = "../integration/lab.rs"]
@@ -13,5 +17,9 @@ mod proxy;
 mod proxy_tests;
 mod scenarios;
 mod third;
+mod traffic;
 mod trust;
+#[path = "../integration/web.rs"]
+#[allow(dead_code)]
+mod web;
 mod world;

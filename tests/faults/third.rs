@@ -234,6 +234,6 @@ fn protection_set_during_a_drain() {
 }
 
 /// A scenario name made from what it measured (the report's rows are `&'static str`).
-fn leak(name: String) -> &'static str {
+pub(crate) fn leak(name: String) -> &'static str {
     Box::leak(name.into_boxed_str())
 }

@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -203,4 +204,89 @@ pub fn succeeded(out: &Output) {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// HAProxy in the foreground on `port`, its backend `web` of `slots` free server slots, with
+/// its admin socket in `dir`; returns once the socket answers.
+pub fn start_haproxy(dir: &std::path::Path, port: u16, slots: u32) -> Server {
+    let socket = dir.join("admin.sock");
+    let config = dir.join("haproxy.cfg");
+    std::fs::write(
+        &config,
+        format!(
+            "global\n    stats socket {} mode 600 level admin\n\
+             defaults\n    mode http\n    timeout connect 2s\n    timeout client 15s\n    timeout server 15s\n\
+             frontend fe\n    bind 127.0.0.1:{port}\n    default_backend web\n\
+             backend web\n    server-template web- 1-{slots} 127.0.0.1:80 disabled\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
+    let server = Server(
+        Command::new(tool("haproxy"))
+            .arg("-db")
+            .arg("-f")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    eventually("HAProxy's admin socket", STEP, || {
+        incus_hpa::hooks::haproxy::send(&socket, "show info")
+            .is_ok_and(|a| a.contains("Name: HAProxy"))
+    });
+    server
+}
+
+/// Requests through HAProxy one after another, until stopped: (sent, failed).
+pub struct Client {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Client {
+    pub fn start(port: u16) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(AtomicUsize::new(0));
+        let (s, n, f) = (stop.clone(), sent.clone(), failed.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let ok = matches!(get(port, "/"), Some((200, _)));
+                n.fetch_add(1, Ordering::Relaxed);
+                if !ok {
+                    f.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        Self {
+            stop,
+            sent,
+            failed,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops it: (requests sent, requests that did not get a 200).
+    pub fn finish(mut self) -> (usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }

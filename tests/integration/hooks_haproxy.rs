@@ -2,45 +2,9 @@
 //! `scripts/install-test-tools.sh` installs), run by the test on 127.0.0.1 with its own
 //! configuration: a backend of three server slots, two tiny HTTP backends behind it.
 
-use std::process::{Command, Stdio};
-
 use incus_hpa::hooks::haproxy;
 
 use super::hooks_common::*;
-
-/// HAProxy in the foreground on `port`, its backend `web` of `slots` free server slots, with
-/// its admin socket in `dir`; returns once the socket answers.
-pub(crate) fn start_haproxy(dir: &std::path::Path, port: u16, slots: u32) -> Server {
-    let socket = dir.join("admin.sock");
-    let config = dir.join("haproxy.cfg");
-    std::fs::write(
-        &config,
-        format!(
-            "global\n    stats socket {} mode 600 level admin\n\
-             defaults\n    mode http\n    timeout connect 2s\n    timeout client 15s\n    timeout server 15s\n\
-             frontend fe\n    bind 127.0.0.1:{port}\n    default_backend web\n\
-             backend web\n    server-template web- 1-{slots} 127.0.0.1:80 disabled\n",
-            socket.display()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
-    let server = Server(
-        Command::new(tool("haproxy"))
-            .arg("-db")
-            .arg("-f")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    eventually("HAProxy's admin socket", STEP, || {
-        haproxy::send(&socket, "show info").is_ok_and(|a| a.contains("Name: HAProxy"))
-    });
-    server
-}
 
 #[test]
 fn the_haproxy_hook_makes_the_backend_the_set_without_a_reload() {

@@ -41,3 +41,4 @@ mod soak_script;
 mod trust;
 mod util;
 mod watch;
+mod web;

@@ -4,14 +4,11 @@
 //! HAProxy's backend before it is stopped, `deregistration_delay` after, and not one request
 //! fails. A hook that fails holds the removal; a restart publishes the set it finds.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::hooks_common::{free_port, get};
-use crate::hooks_haproxy::start_haproxy;
+use crate::hooks_common::{free_port, get, start_haproxy, Client};
 use crate::lab::*;
-use crate::real_ready::{status_json, Net, PROFILE, SUBNET};
+use crate::web::{status_json, Net, PROFILE, SUBNET};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -31,55 +28,6 @@ fn when(log: &str, parts: &[&str]) -> Option<i64> {
     log.lines()
         .find(|l| parts.iter().all(|p| l.contains(p)))
         .and_then(millis)
-}
-
-/// Requests through HAProxy one after another, until stopped: (sent, failed).
-struct Client {
-    stop: Arc<AtomicBool>,
-    sent: Arc<AtomicUsize>,
-    failed: Arc<AtomicUsize>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Client {
-    fn start(port: u16) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(AtomicUsize::new(0));
-        let failed = Arc::new(AtomicUsize::new(0));
-        let (s, n, f) = (stop.clone(), sent.clone(), failed.clone());
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                let ok = matches!(get(port, "/"), Some((200, _)));
-                n.fetch_add(1, Ordering::Relaxed);
-                if !ok {
-                    f.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
-        Self {
-            stop,
-            sent,
-            failed,
-            thread: Some(thread),
-        }
-    }
-
-    fn finish(mut self) -> (usize, usize) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        (
-            self.sent.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-        )
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 #[test]
