@@ -100,9 +100,9 @@ pub enum Command {
     /// The ready-made endpoint hooks, for a group's `[groups.NAME.endpoints] command`
     /// (installed as /usr/lib/incus-hpa/hooks/haproxy and nginx).
     ///
-    /// Each reads the group's endpoint set as JSON on standard input,
-    /// {"group":"web","project":"default","endpoints":[{"instance":"web-3kd9x2","address":"10.98.0.12","port":80}]},
-    /// makes the load balancer send requests to exactly those endpoints, and exits 0 once it
+    /// Each reads the group's endpoint set as JSON on standard input (one line, here with
+    /// spaces): {"group": "web", "project": "default", "endpoints": [{"instance":
+    /// "web-3kd9x2", "address": "10.98.0.12", "port": 80}]}, makes the load balancer send requests to exactly those endpoints, and exits 0 once it
     /// has, or 1 with the reason on stderr (the daemon logs it and runs the hook again). The
     /// same set twice changes nothing the second time. docs/traffic.md shows the
     /// configuration each expects.

@@ -913,9 +913,10 @@ pub fn keys() -> Vec<Key> {
             doc: "The program that tells the load balancer, and its arguments, run on the \
                   daemon's host under the rules of an external signal's command (root's file \
                   in root's directories, no shell, no PATH search, a small environment), with \
-                  the set as one line of JSON on its standard input: \
-                  {\"group\":\"web\",\"project\":\"default\",\"endpoints\":[{\"instance\":\"web-3kd9x2\",\
-                  \"address\":\"10.98.0.12\",\"port\":80}]}, endpoints sorted by instance. It \
+                  the set as one line of JSON on its standard input (shown here with spaces, \
+                  which the daemon does not write): {\"group\": \"web\", \"project\": \
+                  \"default\", \"endpoints\": [{\"instance\": \"web-3kd9x2\", \"address\": \
+                  \"10.98.0.12\", \"port\": 80}]}, endpoints sorted by instance. It \
                   runs when the set changes, when the daemon starts or takes the group over, \
                   and after a reload; only on the daemon that holds the group's lease. Exit \
                   status 0 is success; a failure is retried after 1s, doubling up to 1m, and \

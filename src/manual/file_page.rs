@@ -94,8 +94,8 @@ pub fn file_page() -> String {
     p.para(
         "A [groups.NAME.endpoints] table publishes the group's instances in service to a load \
          balancer (see endpoints above): command is run on the daemon's host, by the daemon \
-         holding the group's lease, with {\"group\":...,\"project\":...,\"endpoints\":[{\"instance\":...,\
-         \"address\":...,\"port\":...}]} on its standard input, whenever the set changes, at \
+         holding the group's lease, with {\"group\": ..., \"project\": ..., \"endpoints\": [{\"instance\": ..., \
+         \"address\": ..., \"port\": ...}]} on its standard input, whenever the set changes, at \
          start and after a reload. A removal takes the instance out of the set first, waits \
          for the command to succeed and deregistration_delay to pass, then drains and stops it.",
     );
