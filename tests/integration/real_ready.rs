@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::lab::*;
-use crate::web::{status_json, Net, SUBNET};
+use crate::web::{set_healthy, status_json, Net, SUBNET};
 
 const MINUTE: Duration = Duration::from_secs(60);
 /// The group's instance `name` as `status --json` lists it (null until it does).
@@ -55,7 +55,7 @@ fn real_instances_serve_once_ready_and_leave_when_they_stop_answering() {
     assert_eq!(names(&g), std::slice::from_ref(&first), "{}", lab.log());
 
     // Its server answers: ready, with its address on the test's bridge.
-    lab.exec(&first, "/bin/busybox touch /www/healthz");
+    set_healthy(&first, true);
     eventually(&lab, "the first instance ready", MINUTE, || {
         shown(&sock, &first)["readiness"] == "ready"
     });
@@ -69,7 +69,7 @@ fn real_instances_serve_once_ready_and_leave_when_they_stop_answering() {
 
     // It stops answering: out of service after two failed checks, replaced at once, and
     // removed once its grace (2 s) has passed.
-    lab.exec(&first, "/bin/busybox rm /www/healthz");
+    set_healthy(&first, false);
     eventually(&lab, "the first instance not ready", MINUTE, || {
         shown(&sock, &first)["readiness"] == "not-ready" || !exists(&first)
     });
@@ -103,7 +103,7 @@ fn real_instances_serve_once_ready_and_leave_when_they_stop_answering() {
     });
     let third = names(&g)[0].clone();
     assert_ne!(third, second);
-    lab.exec(&third, "/bin/busybox touch /www/healthz");
+    set_healthy(&third, true);
     eventually(&lab, "the third instance ready", MINUTE, || {
         shown(&sock, &third)["readiness"] == "ready"
     });

@@ -63,3 +63,25 @@ pub(crate) fn status_json(sock: &Path) -> serde_json::Value {
         .unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or_default()
 }
+
+/// Makes instance `name`'s `/healthz` answer 200 (`true`) or 404 (`false`), by writing its
+/// file where the host sees the instance's root file system (a `dir` pool), not through
+/// `incus exec`: an exec once got no answer from Incus 6.0 for two minutes in the suite.
+pub(crate) fn set_healthy(name: &str, healthy: bool) {
+    let pool = incus_ok(&["query", "/1.0/storage-pools/default"]);
+    let pool: serde_json::Value = serde_json::from_str(&pool).unwrap();
+    let source = pool["config"]["source"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("/var/lib/incus/storage-pools/default")
+        .to_owned();
+    let file = Path::new(&source)
+        .join("containers")
+        .join(name)
+        .join("rootfs/www/healthz");
+    if healthy {
+        std::fs::write(&file, "ok\n").unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    } else {
+        std::fs::remove_file(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+}
