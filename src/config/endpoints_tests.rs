@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::{parse, Severity};
+use crate::config::parse;
+use crate::config::ready::tests::{errors, one_error_in};
 use crate::model::{EndpointsSpec, GroupName};
 
 /// A valid group with `more` after its lines (a table starts on line 7).
@@ -25,27 +26,9 @@ fn endpoints(text: &str) -> Option<EndpointsSpec> {
         .clone()
 }
 
-/// Every error as "LINE key: message".
-fn errors(text: &str) -> Vec<String> {
-    let e = parse(Path::new("t.toml"), text).expect_err("should be rejected");
-    e.diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .map(|d| format!("{} {}: {}", d.line, d.key, d.message))
-        .collect()
-}
-
-/// Asserts one error, at `line`, under `key`, whose message contains `says`.
+/// Asserts one error of the group with `more`, at `line`, under `endpoints.KEY`.
 fn one_error(more: &str, line: usize, key: &str, says: &str) {
-    let text = group(more);
-    let found = errors(&text);
-    assert_eq!(found.len(), 1, "{text}\n{found:#?}");
-    let prefix = format!("{line} groups.web.endpoints.{key}: ");
-    assert!(
-        found[0].starts_with(&prefix) && found[0].contains(says),
-        "expected {prefix}…{says}…, found {:?}",
-        found[0]
-    );
+    one_error_in("endpoints", &group(more), line, key, says);
 }
 
 #[test]

@@ -305,4 +305,4 @@ fn check_interface(name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 #[path = "ready_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -25,8 +25,8 @@ fn ready(text: &str) -> Option<ReadySpec> {
         .clone()
 }
 
-/// Every error as "LINE key: message".
-fn errors(text: &str) -> Vec<String> {
+/// Every error as "LINE key: message" (the endpoints tests use it too).
+pub(in crate::config) fn errors(text: &str) -> Vec<String> {
     let e = parse(Path::new("t.toml"), text).expect_err("should be rejected");
     e.diagnostics
         .iter()
@@ -35,17 +35,22 @@ fn errors(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Asserts one error, at `line`, under `key`, whose message contains `says`.
-fn one_error(ready: &str, line: usize, key: &str, says: &str) {
-    let text = group(ready);
-    let found = errors(&text);
+/// Asserts that `text` has one error, at `line`, under `groups.web.TABLE.KEY`, whose message
+/// contains `says` (the endpoints tests use it too).
+pub(in crate::config) fn one_error_in(table: &str, text: &str, line: usize, key: &str, says: &str) {
+    let found = errors(text);
     assert_eq!(found.len(), 1, "{text}\n{found:#?}");
-    let prefix = format!("{line} groups.web.ready.{key}: ");
+    let prefix = format!("{line} groups.web.{table}.{key}: ");
     assert!(
         found[0].starts_with(&prefix) && found[0].contains(says),
         "expected {prefix}…{says}…, found {:?}",
         found[0]
     );
+}
+
+/// Asserts one error of the ready table `ready`, at `line`, under `key`.
+fn one_error(ready: &str, line: usize, key: &str, says: &str) {
+    one_error_in("ready", &group(ready), line, key, says);
 }
 
 #[test]
