@@ -2,7 +2,9 @@
 # End-to-end test under a real systemd: boots a Debian bookworm container (systemd as PID 1,
 # unprivileged), hands it the host's Incus socket through a proxy device, installs the .deb and
 # checks what an operator does: enable --now, save a group, reload, a broken edit, the journal
-# fields, the watchdog, stop. The daemon inside creates its instances on the host's Incus.
+# fields, an external signal, a group of web servers with readiness checks published to a real
+# HAProxy by the packaged hook (and its drop-in), the watchdog, stop. The daemon inside creates
+# its instances on the host's Incus.
 # Exits non-zero on the first failed check; removes its container and instances in any case.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,11 @@ fail() { log "FAILED: $*"; dump; exit 1; }
 suffix=$(printf '%04x%04x' $RANDOM $RANDOM)
 ct=incus-hpa-e2e-$suffix
 group=e2e$suffix
+web=e2eweb$suffix
+# The web group's bridge and profile (a subnet no other test uses; no NAT, no IPv6) and the
+# host's HAProxy, whose admin socket the container sees as Debian's /run/haproxy/admin.sock.
+bridge=hpa-e2e-br profile=hpa-e2e subnet=10.251.9 haproxy_port=18091
+haproxy_dir= haproxy_pid=
 key=user.incus-hpa.group
 conf=/etc/incus-hpa/desired-state.toml
 
@@ -70,9 +77,15 @@ cleanup() {
     [ -z "${tls_dir:-}" ] || rm -rf "$tls_dir"
     # A daemon killed rather than stopped (the watchdog step) may leave its group's lease.
     incus profile unset incus-hpa.leases "user.incus-hpa.lease.$group" >/dev/null 2>&1 || true
-    for n in $(incus list -f csv -c n "$key=$group"); do
-        [ "$(incus config get "$n" "$key" 2>/dev/null)" = "$group" ] && incus delete --force "$n" >/dev/null 2>&1
+    for g in "$group" "$web"; do
+        for n in $(incus list -f csv -c n "$key=$g"); do
+            [ "$(incus config get "$n" "$key" 2>/dev/null)" = "$g" ] && incus delete --force "$n" >/dev/null 2>&1
+        done
     done
+    [ -z "$haproxy_pid" ] || kill "$haproxy_pid" 2>/dev/null || true
+    [ -z "$haproxy_dir" ] || rm -rf "$haproxy_dir"
+    incus profile delete "$profile" >/dev/null 2>&1 || true
+    incus network delete "$bridge" >/dev/null 2>&1 || true
     true
 }
 # KEEP=1 leaves the container for a look after a failure.
@@ -283,6 +296,113 @@ in_ct incus-hpa status --json | grep -q '"name":"external 1","value":40' ||
     fail "status --json does not show the external signal"
 in_ct sh -c 'echo 30 > /etc/incus-hpa/depth'
 until_ok "back to 3 for a value of 30" 60 count_is 3
+
+log "readiness and the HAProxy hook under the packaged unit"
+# A group of busybox web servers on a bridge of the test's own, checked by a command run in each
+# instance through Incus (no network: the unit has none), published by the packaged hook to a
+# real HAProxy on the host. The container sees HAProxy's admin socket where Debian's haproxy.cfg
+# puts it, /run/haproxy/admin.sock, owned by root and the haproxy group, mode 660; the group
+# stands for the one Debian's haproxy package makes.
+bash scripts/build-web-image.sh
+command -v socat >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq socat >/dev/null
+incus network show "$bridge" >/dev/null 2>&1 ||
+    incus network create "$bridge" ipv4.address="$subnet.1/24" ipv4.nat=false ipv6.address=none >/dev/null
+if ! incus profile show "$profile" >/dev/null 2>&1; then
+    incus profile create "$profile" >/dev/null
+    incus profile device add "$profile" eth0 nic name=eth0 network="$bridge" >/dev/null
+fi
+haproxy_dir=$(mktemp -d)
+cat >"$haproxy_dir/haproxy.cfg" <<CFG
+global
+    stats socket $haproxy_dir/admin.sock mode 600 level admin
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 10s
+    timeout server 10s
+frontend e2e
+    bind 127.0.0.1:$haproxy_port
+    default_backend web
+backend web
+    server-template web- 1-4 127.0.0.1:80 disabled
+CFG
+haproxy -db -f "$haproxy_dir/haproxy.cfg" >"$haproxy_dir/haproxy.log" 2>&1 &
+haproxy_pid=$!
+ha() { echo "$1" | socat - "UNIX-CONNECT:$haproxy_dir/admin.sock"; }
+until_ok "HAProxy answers on its admin socket" 10 sh -c \
+    "echo 'show info' | socat - UNIX-CONNECT:$haproxy_dir/admin.sock | grep -q '^Name: HAProxy'"
+in_ct groupadd --system haproxy
+hgid=$(in_ct getent group haproxy | cut -d: -f3)
+in_ct mkdir -p /run/haproxy
+incus config device add "$ct" haproxy-socket proxy \
+    listen=unix:/run/haproxy/admin.sock connect="unix:$haproxy_dir/admin.sock" \
+    bind=instance uid=0 gid="$hgid" mode=0660 >/dev/null
+web_group() { # min
+    cat <<TOML
+[groups.$web]
+min = $1
+max = 4
+image = "busybox-web"
+profiles = ["default", "$profile"]
+memory_threshold = 80
+stop_timeout = "1s"
+scale_down_stabilization = "0s"
+
+[groups.$web.ready]
+command = ["/bin/busybox", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1/"]
+period = "1s"
+
+[groups.$web.endpoints]
+port = 80
+command = ["/usr/lib/incus-hpa/hooks/haproxy", "--socket", "/run/haproxy/admin.sock", "--backend", "web"]
+deregistration_delay = "2s"
+
+[groups.$web.config]
+"limits.memory" = "64MiB"
+TOML
+}
+# The web group's tables go in desired's [daemon] lines: its own [groups.…] header follows.
+desired_web() { desired 3 "$(web_group "$1")"; }
+desired_web 2
+in_ct incus-hpa validate >/dev/null || fail "incus-hpa validate refused the web group"
+in_ct systemctl reload incus-hpa
+# Without the drop-in the daemon's user is not in the socket's group: the command fails, once
+# in the journal with why, and nothing reaches HAProxy.
+hook_failed() { [ "$(journal -o cat | grep -c "the endpoints command of $web failed: .*ermission denied")" -gt 0 ]; }
+until_ok "the hook refused the socket without the drop-in, and said so" 90 hook_failed
+# Servers of HAProxy's backend in service on the bridge: an address there, the operational
+# state running (2; a slot in maintenance is 0).
+in_service() { ha "show servers state web" | awk -v net="$subnet." \
+    'index($5, net) == 1 && $6 == 2' | wc -l; }
+servers_are() { [ "$(in_service)" -eq "$1" ]; }
+servers_are 0 || fail "HAProxy has servers in service although the hook was refused"
+in_ct cp /usr/share/doc/incus-hpa/examples/haproxy-hook.conf $dropin/
+in_ct systemctl daemon-reload
+in_ct systemctl restart incus-hpa
+until_ok "2 web servers ready and in HAProxy's backend" 90 servers_are 2
+published() { in_ct incus-hpa status --json | tr -d ' \n' | grep -o '"published":\[[^]]*\]' |
+    grep -o '"instance"' | wc -l; }
+[ "$(published)" -eq 2 ] || fail "status --json does not show 2 published endpoints"
+answers() { exec 3<>"/dev/tcp/127.0.0.1/$haproxy_port" && printf 'GET / HTTP/1.0\r\n\r\n' >&3 &&
+    head -n 1 <&3 | grep -q ' 200 '; }
+for _ in 1 2 3 4; do (answers) || fail "a request through HAProxy did not get 200"; done
+# A scale-in takes the instance out of HAProxy first, then stops it deregistration_delay later.
+desired_web 1
+in_ct systemctl reload incus-hpa
+until_ok "1 web server in HAProxy's backend" 60 servers_are 1
+for _ in 1 2 3 4; do (answers) || fail "a request through HAProxy failed during the scale-in"; done
+left() { [ "$(journal -o json ACTION=deregister GROUP="$web" OUTCOME=ok | grep -c INSTANCE)" -ge 1 ]; }
+until_ok "the deregistration in the journal" 30 left
+gone=$(journal -o json ACTION=deregister GROUP="$web" -n 1 | grep -o '"INSTANCE":"[^"]*"' | cut -d'"' -f4)
+deleted() { [ "$(journal -o json ACTION=delete INSTANCE="$gone" OUTCOME=ok | grep -c MESSAGE)" -ge 1 ]; }
+until_ok "$gone deleted after it left the endpoints" 60 deleted
+stamp() { journal -o json "$@" -n 1 | grep -o '"__REALTIME_TIMESTAMP":"[0-9]*"' | cut -d'"' -f4; }
+gap=$(($(stamp ACTION=delete INSTANCE="$gone") - $(stamp ACTION=deregister INSTANCE="$gone")))
+[ "$gap" -ge 2000000 ] || fail "$gone was deleted ${gap} us after it left the endpoints, not 2 s"
+log "$gone left HAProxy's backend $((gap / 1000)) ms before it was deleted"
+in_ct rm $dropin/haproxy-hook.conf
+in_ct systemctl daemon-reload
+incus config device remove "$ct" haproxy-socket >/dev/null
 
 log "watchdog: a hung daemon is restarted"
 desired 3

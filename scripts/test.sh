@@ -17,6 +17,10 @@ suite_started=$SECONDS
 phase() { printf '== [%dm%02ds] %s\n' $(((SECONDS - suite_started) / 60)) $(((SECONDS - suite_started) % 60)) "$*"; }
 
 bash scripts/setup-incus.sh
+# Reads of the instance list that Incus left unanswered and a test asked again
+# (tests/integration/lab.rs, STALL_LOG): printed at the end.
+stalls=/tmp/incus-hpa-test-stalls.log
+rm -f "$stalls"
 # promtool (checks /metrics), lintian and cargo-deb (the .deb).
 bash scripts/install-test-tools.sh
 # The three-member cluster of the cluster tests forms in the background (about 3 minutes,
@@ -121,4 +125,8 @@ phase "the benchmarks, smoke runs (3 instances, unoptimized; the figures in docs
 # unit, the dev-dependencies' tokio features) took 2 of the suite's minutes to compile.
 TICKS=1 PARALLEL=2 REPEAT=1 cargo bench --locked --profile test \
     --bench tick_cost --bench burst --bench memory_cost -- 3
+if [ -s "$stalls" ]; then
+    echo "test.sh: Incus left reads unanswered and the tests asked again:"
+    cat "$stalls"
+fi
 phase "all tests passed"

@@ -137,6 +137,9 @@ pub struct Ctx<'a> {
     /// The group's endpoints: a removal takes its instance out of the set first (`None`:
     /// nothing is published, as in a look taken once).
     pub endpoints: Option<&'a crate::endpoints::Publisher>,
+    /// The readiness board: a removal marks its instance as leaving there before it drains
+    /// and stops it, so that its checks stop (`None`: nothing is checked).
+    pub ready: Option<&'a crate::ready::Board>,
 }
 
 impl Ctx<'_> {

@@ -193,6 +193,9 @@ pub(super) async fn promote(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
 /// removed.
 pub(super) async fn remove(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
     let result = removal(ctx, name).await;
+    if let Some(board) = ctx.ready {
+        board.set_leaving(&ctx.spec.project, ctx.spec.name.as_str(), name, false);
+    }
     if let (Some(p), Some(_)) = (ctx.endpoints, &ctx.spec.endpoints) {
         p.done(ctx.spec, name, result.is_ok());
     }
@@ -228,6 +231,9 @@ async fn removal(ctx: &Ctx<'_>, name: &str) -> Result<(), ActError> {
     stage.ran = status.is_healthy();
     if status.is_healthy() {
         deregister(ctx, name).await?;
+        if let Some(board) = ctx.ready {
+            board.set_leaving(&spec.project, spec.name.as_str(), name, true);
+        }
     }
     if status.is_healthy() && !spec.drain_command.is_empty() {
         ctx.fenced(|| format!("draining {name}"))?;

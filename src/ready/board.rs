@@ -1,7 +1,10 @@
 //! The readiness board: what the prober last found of each instance it checks, keyed by
 //! (project, group, instance), read by `observe`. Cheap to read (a lock held for a copy).
+//! A removal marks its instance as leaving before it drains and stops it: the prober checks
+//! it no more (a server shutting down fails its checks, which would take it out of service
+//! and say so in the log) and the board keeps what was found of it last.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Mutex;
 
@@ -25,6 +28,8 @@ type Key = (String, String, String);
 #[derive(Debug, Default)]
 pub struct Board {
     entries: Mutex<HashMap<Key, Seen>>,
+    /// Instances being removed: not checked until the removal ends.
+    leaving: Mutex<HashSet<Key>>,
 }
 
 fn key(project: &str, group: &str, instance: &str) -> Key {
@@ -49,6 +54,28 @@ impl Board {
     /// Forgets the group's instances but those `keep` says to keep.
     pub fn retain_instances(&self, project: &str, group: &str, keep: impl Fn(&str) -> bool) {
         self.with(|e| e.retain(|(p, g, i), _| p != project || g != group || keep(i)));
+        self.leaving_set()
+            .retain(|(p, g, i)| p != project || g != group || keep(i));
+    }
+
+    fn leaving_set(&self) -> std::sync::MutexGuard<'_, HashSet<Key>> {
+        self.leaving.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks an instance as leaving (`true`: its removal is about to drain and stop it) or no
+    /// longer (`false`: the removal ended, whatever its outcome).
+    pub fn set_leaving(&self, project: &str, group: &str, instance: &str, leaving: bool) {
+        let k = key(project, group, instance);
+        if leaving {
+            self.leaving_set().insert(k);
+        } else {
+            self.leaving_set().remove(&k);
+        }
+    }
+
+    /// Whether a removal is taking the instance out of service.
+    pub fn is_leaving(&self, project: &str, group: &str, instance: &str) -> bool {
+        self.leaving_set().contains(&key(project, group, instance))
     }
 
     /// Forgets every instance of a group (no longer checked).
@@ -98,5 +125,18 @@ mod tests {
         assert!(b.get("other", "web", "web-a").is_some(), "another project");
         b.forget_group("default", "api");
         assert_eq!(b.len(), 2);
+    }
+
+    #[test]
+    fn leaving_marks_last_until_the_removal_ends_or_the_instance_is_forgotten() {
+        let b = Board::default();
+        b.set_leaving("default", "web", "web-a", true);
+        b.set_leaving("default", "web", "web-b", true);
+        assert!(b.is_leaving("default", "web", "web-a"));
+        assert!(!b.is_leaving("other", "web", "web-a"), "another project");
+        b.set_leaving("default", "web", "web-a", false);
+        assert!(!b.is_leaving("default", "web", "web-a"));
+        b.forget_group("default", "web");
+        assert!(!b.is_leaving("default", "web", "web-b"));
     }
 }

@@ -6,7 +6,8 @@
 //!   changes); a group's round takes its running instances from the informer's cache (no
 //!   request: a project not listed yet is skipped until a pass lists it), reads the address of
 //!   each on the group's interface once per start (again when the instance starts again, or
-//!   while it has none), and runs the checks at once, [`CHECKS_AT_ONCE`] at most.
+//!   while it has none), and runs the checks at once, [`CHECKS_AT_ONCE`] at most. An
+//!   instance a removal marked as leaving ([`Board::set_leaving`]) is not checked.
 //! - Each instance's readiness is followed by a [`track::Tracker`] (pure); the checks
 //!   themselves are [`probe`]'s. Instances no longer running are forgotten.
 //! - The log has one line when an instance becomes ready, when it is taken out of service,
@@ -295,7 +296,11 @@ impl Round<'_> {
         board.retain_instances(project, group, |name| known.contains_key(name));
         let wall = SystemTime::now();
         let mut targets = Vec::with_capacity(running.len());
-        for i in &running {
+        // A removal is draining and stopping those: what was found of them last stands.
+        let checked = running
+            .iter()
+            .filter(|i| !board.is_leaving(project, group, &i.name));
+        for i in checked {
             let since = i.since_start(wall).unwrap_or_default();
             let start = Start {
                 id: i.last_used_at.clone(),

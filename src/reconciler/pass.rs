@@ -289,6 +289,7 @@ pub(super) async fn reconcile(
             shutdown: &ctx.stop,
             fence: &fence,
             endpoints: Some(&ctx.endpoints),
+            ready: Some(&ctx.ready),
         },
         &plan.actions,
         given.parallel,

@@ -61,6 +61,7 @@ async fn apply(
             shutdown: &Shutdown::default(),
             fence: &fence,
             endpoints: None,
+            ready: None,
         },
         actions,
         4,

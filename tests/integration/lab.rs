@@ -42,6 +42,30 @@ pub fn incus_within(args: &[&str], limit: Duration) -> Output {
     out
 }
 
+/// Writes down a read Incus left unanswered for `limit`, with what Incus was doing then: its
+/// operations and the end of its log (where scripts/setup-incus.sh sends it).
+fn note_stall(what: &str, limit: Duration) {
+    let ops = incus_within(&["operation", "list", "-f", "csv"], Duration::from_secs(20));
+    let log = std::fs::read_to_string("/var/log/incus-hpa-incusd.log").unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+    let note = format!(
+        "{}: {what} got no answer within {limit:?}; asked again. Operations:\n{}\nincusd's \
+         log ends:\n{}\n",
+        std::thread::current().name().unwrap_or("a test"),
+        String::from_utf8_lossy(&ops.stdout).trim_end(),
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+    eprint!("{note}");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(STALL_LOG)
+    {
+        use std::io::Write;
+        let _ = f.write_all(note.as_bytes());
+    }
+}
+
 /// Whether `timeout` killed the command (124 after its signal, 137 after `--kill-after`).
 fn killed(out: &Output) -> bool {
     matches!(out.status.code(), Some(124 | 137))
@@ -81,10 +105,30 @@ pub fn instances(project: &str) -> Vec<serde_json::Value> {
     try_instances(project).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Longest one read of the instance list may take before it is asked again, and how many
+/// times it is asked. Incus 6.0 has left such a read unanswered for over 120 s (once in a CI
+/// run, beside two daemons and a copy of a running instance) and answered the next one.
+const QUERY_LIMIT: Duration = Duration::from_secs(60);
+const QUERY_TRIES: u32 = 3;
+
+/// Where a read that Incus left unanswered is written down (scripts/test.sh prints the file at
+/// the end, so a stall that a second try hid is still seen).
+pub const STALL_LOG: &str = "/tmp/incus-hpa-test-stalls.log";
+
 /// [`instances`], or what went wrong.
 pub fn try_instances(project: &str) -> Result<Vec<serde_json::Value>, String> {
     let path = format!("/1.0/instances?recursion=1&project={project}");
-    let out = incus(&["query", &path]);
+    let mut out = incus_within(&["query", &path], QUERY_LIMIT);
+    for _ in 1..QUERY_TRIES {
+        if !killed(&out) {
+            break;
+        }
+        note_stall(&format!("incus query {path}"), QUERY_LIMIT);
+        out = incus_within(&["query", &path], QUERY_LIMIT);
+    }
+    if killed(&out) {
+        note_stall(&format!("incus query {path}"), QUERY_LIMIT);
+    }
     if !out.status.success() {
         return Err(format!(
             "incus query {path}: {}",

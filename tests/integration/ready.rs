@@ -352,11 +352,13 @@ fn spec_argv(spec: &ReadySpec) -> Vec<String> {
     }
 }
 
-#[tokio::test]
-async fn the_prober_follows_the_desired_state() {
-    let srv = server(0).await;
+/// A prober on its own, over running instances `names` of the group `web` (listed in the
+/// store already), with the group's table from `web(n, n)` (no checks), and its board.
+async fn prober_of(names: &[&str]) -> (incus_hpa::ready::Prober, Arc<Board>, DesiredState) {
     let fake = Arc::new(FakeIncus::default());
-    fake.add_owned("web", "web-aaaaaa", "Running");
+    for n in names {
+        fake.add_owned("web", n, "Running");
+    }
     let store = Arc::new(Store::default());
     store
         .list(
@@ -369,10 +371,18 @@ async fn the_prober_follows_the_desired_state() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("desired-state.toml");
-    std::fs::write(&file, web(1, 1)).unwrap();
+    let n = u32::try_from(names.len()).unwrap();
+    std::fs::write(&file, web(n, n)).unwrap();
     let plain = config::load(&file).unwrap().state;
     let board = Arc::new(Board::default());
-    let prober = incus_hpa::ready::Prober::start(fake.clone(), store, board.clone(), &plain);
+    let prober = incus_hpa::ready::Prober::start(fake, store, board.clone(), &plain);
+    (prober, board, plain)
+}
+
+#[tokio::test]
+async fn the_prober_follows_the_desired_state() {
+    let srv = server(0).await;
+    let (prober, board, plain) = prober_of(&["web-aaaaaa"]).await;
     // No group has checks: nothing is checked.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(board.is_empty());
@@ -392,5 +402,46 @@ async fn the_prober_follows_the_desired_state() {
     let asked = srv.asked.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(srv.asked.load(Ordering::SeqCst), asked);
+    drop(prober);
+}
+
+#[tokio::test]
+async fn an_instance_a_removal_marked_leaving_is_checked_no_more() {
+    let srv = server(0).await;
+    let (prober, board, plain) = prober_of(&["web-aaaaaa", "web-bbbbbb"]).await;
+    prober.set_desired(&checked(plain, srv.port, None));
+    until("both ready", Duration::from_secs(20), || {
+        ["web-aaaaaa", "web-bbbbbb"]
+            .iter()
+            .all(|n| readiness(&board, n) == Some(Readiness::Ready))
+            .then_some(())
+    })
+    .await;
+    // A removal drains and stops web-aaaaaa: its server fails from then on, as the other's.
+    board.set_leaving("default", "web", "web-aaaaaa", true);
+    srv.status.store(503, Ordering::SeqCst);
+    until("the other out of service", Duration::from_secs(20), || {
+        matches!(
+            readiness(&board, "web-bbbbbb"),
+            Some(Readiness::NotReady { .. })
+        )
+        .then_some(())
+    })
+    .await;
+    assert_eq!(
+        readiness(&board, "web-aaaaaa"),
+        Some(Readiness::Ready),
+        "the leaving instance keeps what was found of it last"
+    );
+    // The removal ended (it failed, say): checked again.
+    board.set_leaving("default", "web", "web-aaaaaa", false);
+    until("checked again", Duration::from_secs(20), || {
+        matches!(
+            readiness(&board, "web-aaaaaa"),
+            Some(Readiness::NotReady { .. })
+        )
+        .then_some(())
+    })
+    .await;
     drop(prober);
 }
