@@ -17,7 +17,7 @@ suite_started=$SECONDS
 phase() { printf '== [%dm%02ds] %s\n' $(((SECONDS - suite_started) / 60)) $(((SECONDS - suite_started) % 60)) "$*"; }
 
 bash scripts/setup-incus.sh
-# Reads of the instance list that Incus left unanswered and a test asked again
+# Reads Incus left unanswered and starts it failed, which the tests waited out
 # (tests/integration/lab.rs, STALL_LOG): printed at the end.
 stalls=/tmp/incus-hpa-test-stalls.log
 rm -f "$stalls"
@@ -126,7 +126,7 @@ phase "the benchmarks, smoke runs (3 instances, unoptimized; the figures in docs
 TICKS=1 PARALLEL=2 REPEAT=1 cargo bench --locked --profile test \
     --bench tick_cost --bench burst --bench memory_cost -- 3
 if [ -s "$stalls" ]; then
-    echo "test.sh: Incus left reads unanswered and the tests asked again:"
+    echo "test.sh: Incus stalled (a read unanswered, a start failed) and the tests waited it out:"
     cat "$stalls"
 fi
 phase "all tests passed"

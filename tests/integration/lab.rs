@@ -46,15 +46,31 @@ pub fn incus_within(args: &[&str], limit: Duration) -> Output {
 /// operations and the end of its log (where scripts/setup-incus.sh sends it).
 fn note_stall(what: &str, limit: Duration) {
     let ops = incus_within(&["operation", "list", "-f", "csv"], Duration::from_secs(20));
-    let log = std::fs::read_to_string("/var/log/incus-hpa-incusd.log").unwrap_or_default();
+    let ops = if killed(&ops) {
+        "(no answer to `incus operation list` either within 20 s)".to_owned()
+    } else {
+        String::from_utf8_lossy(&ops.stdout).trim_end().to_owned()
+    };
+    let log = std::fs::read_to_string(INCUSD_LOG).unwrap_or_default();
     let tail: Vec<&str> = log.lines().rev().take(15).collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() % 86_400);
     let note = format!(
-        "{}: {what} got no answer within {limit:?}; asked again. Operations:\n{}\nincusd's \
-         log ends:\n{}\n",
+        "{:02}:{:02}:{:02} UTC, {}: {what} got no answer within {limit:?}; asked again. \
+         Operations:\n{}\nincusd's log ends:\n{}\n",
+        now / 3600,
+        now / 60 % 60,
+        now % 60,
         std::thread::current().name().unwrap_or("a test"),
-        String::from_utf8_lossy(&ops.stdout).trim_end(),
+        ops,
         tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     );
+    write_stall(&note);
+}
+
+/// Writes `note` on stderr and in [`STALL_LOG`].
+fn write_stall(note: &str) {
     eprint!("{note}");
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
@@ -111,8 +127,9 @@ pub fn instances(project: &str) -> Vec<serde_json::Value> {
 const QUERY_LIMIT: Duration = Duration::from_secs(60);
 const QUERY_TRIES: u32 = 3;
 
-/// Where a read that Incus left unanswered is written down (scripts/test.sh prints the file at
-/// the end, so a stall that a second try hid is still seen).
+/// Where a read that Incus left unanswered, or a wait that met a start Incus failed, is
+/// written down (scripts/test.sh prints the file at the end, so a stall the tests waited out
+/// is still seen).
 pub const STALL_LOG: &str = "/tmp/incus-hpa-test-stalls.log";
 
 /// [`instances`], or what went wrong.
@@ -206,7 +223,34 @@ pub fn incus_with(args: &[&str], extra: &[String]) -> String {
     incus_ok(&all)
 }
 
-/// Polls `cond` every 250 ms until it holds; panics with the daemon's log after `within`.
+/// Where scripts/setup-incus.sh sends incusd's log (warnings and errors).
+const INCUSD_LOG: &str = "/var/log/incus-hpa-incusd.log";
+
+/// How much longer a wait goes on, once, when Incus failed a start while it ran: Incus 6.0
+/// now and then leaves a container start hanging until its 90 s timeout (then logs "Failed
+/// starting instance"), and the daemon's creation fails and is made again at the next pass.
+const START_STALL_GRACE: Duration = Duration::from_secs(120);
+
+/// How long incusd's log is now (where to look from for what it logs next).
+fn incusd_log_len() -> u64 {
+    std::fs::metadata(INCUSD_LOG).map_or(0, |m| m.len())
+}
+
+/// The first start Incus logged as failed past `offset` of its log.
+fn failed_start_since(offset: u64) -> Option<String> {
+    use std::io::{Seek, SeekFrom};
+    let mut log = std::fs::File::open(INCUSD_LOG).ok()?;
+    log.seek(SeekFrom::Start(offset)).ok()?;
+    let mut text = String::new();
+    log.read_to_string(&mut text).ok()?;
+    text.lines()
+        .find(|l| l.contains("Failed starting instance"))
+        .map(str::to_owned)
+}
+
+/// Polls `cond` every 250 ms until it holds; panics with the daemon's log after `within`
+/// ([`START_STALL_GRACE`] more, once, when Incus failed a start meanwhile: written down in
+/// [`STALL_LOG`]).
 pub fn eventually(
     lab: &Lab,
     what: &str,
@@ -214,12 +258,26 @@ pub fn eventually(
     mut cond: impl FnMut() -> bool,
 ) -> Duration {
     let start = Instant::now();
+    let log_at = incusd_log_len();
+    let mut within = within;
+    let mut extended = false;
     while !cond() {
         if start.elapsed() > within {
-            panic!(
-                "timed out after {within:?} waiting for: {what}\n--- daemon log ---\n{}",
-                lab.log()
-            );
+            match failed_start_since(log_at).filter(|_| !extended) {
+                Some(line) => {
+                    extended = true;
+                    within += START_STALL_GRACE;
+                    write_stall(&format!(
+                        "{}: Incus failed a start while the test waited {within:?} for \
+                         {what}; waiting {START_STALL_GRACE:?} more. incusd logged:\n{line}\n",
+                        std::thread::current().name().unwrap_or("a test"),
+                    ));
+                }
+                None => panic!(
+                    "timed out after {within:?} waiting for: {what}\n--- daemon log ---\n{}",
+                    lab.log()
+                ),
+            }
         }
         std::thread::sleep(Duration::from_millis(250));
     }
