@@ -4,7 +4,12 @@
 //!     `/state` per running instance;
 //!   - `list`:     incus-hpa 0.2's way: one filtered list per tick, memory from cgroup files;
 //!   - `informer`: the default now: the informer's cache (listed once, kept by events), memory
-//!     from cgroup files: no request at all;
+//!     from cgroup files kept open (one `pread` each): no request at all;
+//!   - `informer, files reopened`: the same with each file opened, read and closed at every
+//!     tick (the way before they were kept open);
+//!   - `pread only (the floor)`: no daemon at all, only the four memory files of each
+//!     instance read with `pread` on descriptors opened before, into one buffer, parsed not:
+//!     what reading them costs at least on this machine;
 //!   - `informer+signals`: the same for a group that also scales on CPU and pressure (its
 //!     cgroup's `cpu.stat`, `cpu.pressure` and `memory.pressure` read too);
 //!   - `informer+api`: the cache, memory over the API (`memory_source = "api"`).
@@ -34,6 +39,63 @@ async fn raw_get(http: &reqwest::Client, path: &str) {
         .await
         .expect("request");
     let _ = r.bytes().await.expect("body");
+}
+
+/// The four memory files of each running instance, opened once (cgroup v1 or v2, wherever
+/// they are): the floor of what reading memory costs.
+struct MemoryFiles {
+    files: Vec<std::fs::File>,
+    buf: std::cell::RefCell<Vec<u8>>,
+}
+
+impl MemoryFiles {
+    fn open(members: &[(String, String)]) -> Self {
+        let root = std::path::Path::new("/sys/fs/cgroup");
+        let mut files = Vec::new();
+        for (name, _) in members.iter().filter(|(_, s)| s == "Running") {
+            let payload = format!("lxc.payload.{name}");
+            let v1 = root.join("memory").join(&payload);
+            let v2 = [root.join(&payload), root.join("unified").join(&payload)]
+                .into_iter()
+                .find(|d| d.join("memory.current").exists());
+            let names: Vec<std::path::PathBuf> = if v1.join("memory.usage_in_bytes").exists() {
+                [
+                    "memory.usage_in_bytes",
+                    "memory.limit_in_bytes",
+                    "memory.stat",
+                    "memory.oom_control",
+                ]
+                .iter()
+                .map(|f| v1.join(f))
+                .collect()
+            } else if let Some(d) = v2 {
+                [
+                    "memory.current",
+                    "memory.max",
+                    "memory.stat",
+                    "memory.events",
+                ]
+                .iter()
+                .map(|f| d.join(f))
+                .collect()
+            } else {
+                continue;
+            };
+            files.extend(names.iter().filter_map(|p| std::fs::File::open(p).ok()));
+        }
+        Self {
+            files,
+            buf: std::cell::RefCell::new(vec![0; 8192]),
+        }
+    }
+
+    fn read(&self) {
+        use std::os::unix::fs::FileExt;
+        let mut buf = self.buf.borrow_mut();
+        for f in &self.files {
+            let _ = std::hint::black_box(f.read_at(&mut buf, 0));
+        }
+    }
 }
 
 struct Row {
@@ -77,6 +139,7 @@ async fn main() {
         ..spec.clone()
     };
     let cgroup = CgroupSource::system();
+    let reopening = CgroupSource::system_reopening();
     let api = ApiSource::new(incus.clone());
     let resync = Duration::from_secs(3600);
 
@@ -103,15 +166,19 @@ async fn main() {
             .await
             .expect("list");
 
+        let floor = MemoryFiles::open(&members(incus.as_ref(), GROUP).await);
         let mut rows = Vec::new();
         for way in [
             "lab",
             "list",
             "informer",
+            "informer, files reopened",
             "informer+signals",
             "informer+api",
+            "pread only (the floor)",
         ] {
-            let cheap = way.starts_with("informer") && way != "informer+api";
+            let cheap =
+                (way.starts_with("informer") && way != "informer+api") || way.starts_with("pread");
             let k = if cheap { ticks * 50 } else { ticks };
             let req0 = client.requests();
             let (cpu0, own0, t0) = (incusd_cpu(), own_cpu(), Instant::now());
@@ -139,6 +206,12 @@ async fn main() {
                             .await
                             .expect("observe");
                     }
+                    "informer, files reopened" => {
+                        observe(incus.as_ref(), &reopening, &store, &board, &spec, resync)
+                            .await
+                            .expect("observe");
+                    }
+                    "pread only (the floor)" => floor.read(),
                     "informer+signals" => {
                         observe(incus.as_ref(), &cgroup, &store, &board, &signals, resync)
                             .await

@@ -222,6 +222,13 @@ pub async fn run(socket: Option<&Path>, path: &Path) -> anyhow::Result<ExitCode>
             return Ok(ExitCode::from(EXIT_CONFIG));
         }
     };
+    // Before the memory sources are made: they keep open as many files as the limit allows.
+    let descriptors = crate::limits::raise_descriptors();
+    tracing::debug!(
+        descriptors,
+        "open descriptors: at most {descriptors}, {} cgroup files kept open",
+        crate::memory::max_open(descriptors)
+    );
     let ctx = context(&reach, loaded.state.daemon.lease)?;
     tracing::info!(incus = %reach.endpoint, "talking to Incus at {}", reach.endpoint);
 

@@ -23,6 +23,7 @@ pub mod hooks;
 pub mod incus;
 pub mod informer;
 pub mod lease;
+pub mod limits;
 pub mod logging;
 pub mod manual;
 pub mod memory;

@@ -185,10 +185,12 @@ impl Exec {
         })
     }
 
-    /// In the child: a session of its own (and with it a process group), child subreaper
+    /// In the child: the descriptor limit the daemon was given ([`crate::limits`]), a session
+    /// of its own (and with it a process group), child subreaper
     /// (kept across exec), the script left open across the exec, then the exec. Returns only
     /// when something failed. System calls only.
     fn exec(&self) -> io::Result<()> {
+        crate::limits::restore_in_child()?;
         setsid()?;
         set_child_subreaper(Some(Pid::INIT))?;
         if let Some(script) = &self.script {

@@ -14,9 +14,10 @@
 //! - v2: `P/` (or `unified/P/`, wherever `memory.current` is) `memory.current`, `memory.max`,
 //!   `memory.stat`, `memory.events`, `cpu.stat`, `cpu.pressure`, `memory.pressure`.
 //!
-//! CPU time and pressure are read only for a group that scales on them, and on the real tree
-//! their three files stay open from one pass to the next ([`OpenFiles`]); each reading ends
-//! with a sweep that closes those of deleted instances.
+//! CPU time and pressure are read only for a group that scales on them. On the real tree every
+//! file read stays open from one pass to the next ([`OpenFiles`]), so a steady reading is one
+//! `pread` per file and no `open`, `statx` or `close`; each reading ends with a sweep that
+//! closes those of deleted instances.
 
 use std::path::{Path, PathBuf};
 
@@ -42,9 +43,20 @@ impl CgroupSource {
             .ok()
             .and_then(|m| meminfo_total(&m))
             .unwrap_or(0);
+        // Half the descriptors the daemon may open (it raised its limit at start).
+        let max = super::open_files::max_open(crate::limits::descriptors());
         Self {
-            open: Some(OpenFiles::default()),
+            open: Some(OpenFiles::with_max(max)),
             ..Self::new("/sys/fs/cgroup", host_total)
+        }
+    }
+
+    /// [`CgroupSource::system`] without the files kept open: each file opened, read and closed
+    /// at every reading (the way before they were kept, for the benchmarks' side-by-side rows).
+    pub fn system_reopening() -> Self {
+        Self {
+            open: None,
+            ..Self::system()
         }
     }
 
@@ -66,12 +78,23 @@ impl CgroupSource {
         }
     }
 
-    /// A small file of the signals: through the open files when kept, else read once.
-    fn small(&self, path: &Path) -> Option<String> {
+    /// What `parse` makes of a cgroup file's text: through the open files when kept (read in
+    /// place, into their buffer), else read once.
+    fn text<T>(&self, path: &Path, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
         match &self.open {
-            Some(open) => open.read(path),
-            None => read_small(path),
+            Some(open) => open.read_with(path, parse),
+            None => parse(&read_small(path)?),
         }
+    }
+
+    /// A file holding one number (`memory.current`, `memory.max`, …).
+    fn number(&self, path: &Path) -> Option<u64> {
+        self.text(path, |t| t.trim().parse().ok())
+    }
+
+    /// The value of `name` in a `KEY VALUE` per line file (`memory.stat`, `memory.events`).
+    fn stat_field(&self, path: &Path, name: &str) -> Option<u64> {
+        self.text(path, |t| field(t, name))
     }
 
     /// The higher "some avg10" of `dir`'s `cpu.pressure` and `memory.pressure`, of those that
@@ -79,7 +102,7 @@ impl CgroupSource {
     fn pressure(&self, dir: &Path) -> Option<f64> {
         ["cpu.pressure", "memory.pressure"]
             .into_iter()
-            .filter_map(|f| psi_some_avg10(&self.small(&dir.join(f))?))
+            .filter_map(|f| self.text(&dir.join(f), psi_some_avg10))
             .reduce(f64::max)
     }
 
@@ -101,36 +124,42 @@ impl CgroupSource {
 
     /// [`CgroupSource::read_one`], with CPU time and pressure only as `wanted` asks (at most
     /// three more small files each pass, and none for a group that scales on memory alone).
+    /// The layout is found by the files themselves (v1's `memory.usage_in_bytes` first), never
+    /// by a `stat` of a directory: kept open, the memory files cost a `pread` each.
     pub fn read_one_wanted(&self, project: &str, name: &str, wanted: Wanted) -> Option<Memory> {
         let payload = Self::payload(project, name);
         let extra = wanted.cpu || wanted.pressure;
         let v1 = self.root.join("memory").join(&payload);
-        let (usage, limit, inactive, oom_kills, v2) = if v1.is_dir() {
-            (
-                read_u64(&v1.join("memory.usage_in_bytes"))?,
-                read_u64(&v1.join("memory.limit_in_bytes")),
-                stat_field(&v1.join("memory.stat"), "total_inactive_file"),
-                stat_field(&v1.join("memory.oom_control"), "oom_kill"),
-                // Hybrid: the v2 tree beside the v1 controllers. Pure v1: none.
-                // (Not checked first: on pure v1 its files fail to open, one stat less here.)
-                Some(self.root.join("unified").join(&payload)).filter(|_| extra),
-            )
-        } else {
-            let v2 = [
-                self.root.join(&payload),
-                self.root.join("unified").join(&payload),
-            ]
-            .into_iter()
-            .find(|p| p.join("memory.current").is_file())?;
-            (
-                read_u64(&v2.join("memory.current"))?,
-                read_u64(&v2.join("memory.max")), // "max" parses as None: no limit
-                stat_field(&v2.join("memory.stat"), "inactive_file"),
-                // Counts the kills in the whole subtree (an init's services included).
-                stat_field(&v2.join("memory.events"), "oom_kill"),
-                Some(v2),
-            )
-        };
+        let (usage, limit, inactive, oom_kills, v2) =
+            if let Some(usage) = self.number(&v1.join("memory.usage_in_bytes")) {
+                (
+                    usage,
+                    self.number(&v1.join("memory.limit_in_bytes")),
+                    self.stat_field(&v1.join("memory.stat"), "total_inactive_file"),
+                    self.stat_field(&v1.join("memory.oom_control"), "oom_kill"),
+                    // Hybrid: the v2 tree beside the v1 controllers. Pure v1: none.
+                    // (Not checked first: on pure v1 its files fail to open, one stat less.)
+                    Some(self.root.join("unified").join(&payload)).filter(|_| extra),
+                )
+            } else {
+                let (v2, usage) = [
+                    self.root.join(&payload),
+                    self.root.join("unified").join(&payload),
+                ]
+                .into_iter()
+                .find_map(|p| {
+                    let usage = self.number(&p.join("memory.current"))?;
+                    Some((p, usage))
+                })?;
+                (
+                    usage,
+                    self.number(&v2.join("memory.max")), // "max" parses as None: no limit
+                    self.stat_field(&v2.join("memory.stat"), "inactive_file"),
+                    // Counts the kills in the whole subtree (an init's services included).
+                    self.stat_field(&v2.join("memory.events"), "oom_kill"),
+                    Some(v2),
+                )
+            };
         let host = self.host_total;
         let limit = match limit {
             Some(l) if host == 0 || l < host => l,
@@ -160,9 +189,9 @@ impl CgroupSource {
             .join("cpuacct")
             .join(payload)
             .join("cpuacct.usage");
-        v2.and_then(|d| field(&self.small(&d.join("cpu.stat"))?, "usage_usec"))
+        v2.and_then(|d| self.stat_field(&d.join("cpu.stat"), "usage_usec"))
             .map(|us| us.saturating_mul(1000))
-            .or_else(|| read_u64(&v1))
+            .or_else(|| self.number(&v1))
     }
 }
 
@@ -205,20 +234,12 @@ impl MemorySource for CgroupSource {
                 .join("memory.current"),
         ]
         .iter()
-        .find_map(|p| read_u64(p))
+        .find_map(|p| self.number(p))
     }
 
     fn peek(&self, project: &str, name: &str) -> Option<Memory> {
         self.read_one_wanted(project, name, Wanted::NONE)
     }
-}
-
-fn read_u64(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-fn stat_field(path: &Path, name: &str) -> Option<u64> {
-    field(&std::fs::read_to_string(path).ok()?, name)
 }
 
 /// The value of `name` in a `KEY VALUE` per line text (`memory.stat`, `cpu.stat`).

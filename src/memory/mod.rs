@@ -28,6 +28,7 @@ use crate::incus::Incus;
 use crate::model::{Memory, MemorySourceKind, Wanted};
 pub use api::{plan, ApiSource, LastMetrics, Plan};
 pub use cgroup::CgroupSource;
+pub use open_files::{max_open, MAX_OPEN_CEILING};
 
 /// Reads memory for running instances. `None` for an instance means "unknown": the decision
 /// core never scales down on it.

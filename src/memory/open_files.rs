@@ -11,7 +11,12 @@
 //! files read in between are not looked at, so a steady pass costs no more than its reads,
 //! and the descriptors kept follow the instances there are. At most [`MAX_OPEN`] files are
 //! kept; past that, a file is read the plain way, so the daemon never holds many descriptors
-//! for this.
+//! for this: [`max_open`] of the descriptors the process may open (the daemon raises its soft
+//! limit to the hard one at start: systemd gives services 1,024 of 524,288).
+//!
+//! A read goes into one buffer kept for every file (grown to the largest file read): no
+//! allocation per read, and the text is handed to the caller's parser in place. Each file kept
+//! open holds the kernel's buffer of its seq file (a page, 4 KiB), freed when it is closed.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -20,16 +25,38 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The most files kept open (a quarter of the usual soft limit of 1,024 descriptors).
+/// The fewest files kept open, whatever the limit (a quarter of the usual soft limit of 1,024
+/// descriptors).
 pub const MAX_OPEN: usize = 256;
+
+/// The most files kept open, whatever the limit: seven files per instance for 8,000 instances
+/// (about 230 MiB of the kernel's buffers at that size).
+pub const MAX_OPEN_CEILING: usize = 56_000;
+
+/// How many files to keep open when the process may open `limit` descriptors: half of them,
+/// within [`MAX_OPEN`] and [`MAX_OPEN_CEILING`] (the other half for Incus, the control socket,
+/// the programs the daemon runs).
+pub fn max_open(limit: u64) -> usize {
+    usize::try_from(limit / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(MAX_OPEN, MAX_OPEN_CEILING)
+}
 
 /// A file not read for this long is closed by the next sweep (or when room is needed).
 pub const IDLE: Duration = Duration::from_secs(600);
 
 /// The cache of open files; see the module's header.
-#[derive(Default)]
 pub struct OpenFiles {
     kept: Mutex<Kept>,
+    /// The most files kept open.
+    max: usize,
+}
+
+impl Default for OpenFiles {
+    /// At most [`MAX_OPEN`] files kept.
+    fn default() -> Self {
+        Self::with_max(MAX_OPEN)
+    }
 }
 
 #[derive(Default)]
@@ -37,6 +64,8 @@ struct Kept {
     files: HashMap<PathBuf, Open>,
     /// Sweeps done so far.
     sweeps: u64,
+    /// The buffer every read goes into.
+    buf: Vec<u8>,
 }
 
 struct Open {
@@ -48,34 +77,55 @@ struct Open {
 }
 
 impl OpenFiles {
+    /// At most `max` files kept open.
+    pub fn with_max(max: usize) -> Self {
+        Self {
+            kept: Mutex::default(),
+            max,
+        }
+    }
+
     fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The text of the small file at `path`, or `None` when it cannot be read.
+    #[cfg(test)]
     pub fn read(&self, path: &Path) -> Option<String> {
-        self.read_at(path, Instant::now())
+        self.read_with(path, |t| Some(t.to_owned()))
     }
 
-    fn read_at(&self, path: &Path, now: Instant) -> Option<String> {
-        let mut kept = self.kept();
+    /// What `parse` makes of the text of the small file at `path` (read into the kept buffer),
+    /// or `None` when it cannot be read.
+    pub fn read_with<T>(&self, path: &Path, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+        self.read_at(path, Instant::now(), parse)
+    }
+
+    fn read_at<T>(
+        &self,
+        path: &Path,
+        now: Instant,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Option<T> {
+        let mut guard = self.kept();
+        let kept = &mut *guard;
         let sweep = kept.sweeps;
         if let Some(open) = kept.files.get_mut(path) {
-            if let Some(text) = read_from_start(&open.file) {
+            if let Some(n) = read_from_start(&open.file, &mut kept.buf) {
                 open.used = now;
                 open.sweep = sweep;
-                return Some(text);
+                return parse(std::str::from_utf8(&kept.buf[..n]).ok()?);
             }
             // Its cgroup is gone (or the file changed): open it anew.
             kept.files.remove(path);
         }
         let file = File::open(path).ok()?;
-        let text = read_from_start(&file)?;
-        if kept.files.len() >= MAX_OPEN {
+        let n = read_from_start(&file, &mut kept.buf)?;
+        if kept.files.len() >= self.max {
             kept.files
                 .retain(|_, open| now.duration_since(open.used) < IDLE);
         }
-        if kept.files.len() < MAX_OPEN {
+        if kept.files.len() < self.max {
             let open = Open {
                 file,
                 used: now,
@@ -83,7 +133,7 @@ impl OpenFiles {
             };
             kept.files.insert(path.to_path_buf(), open);
         }
-        Some(text)
+        parse(std::str::from_utf8(&kept.buf[..n]).ok()?)
     }
 
     /// Closes the files not read since the last sweep whose directory is gone (their cgroup was
@@ -119,21 +169,28 @@ impl OpenFiles {
     }
 }
 
-/// The whole text of `file` from offset 0, whatever was read of it before.
-fn read_from_start(file: &File) -> Option<String> {
-    let mut text = Vec::new();
-    let mut buf = [0u8; 1024];
+/// The most a file may hold (a cgroup's `memory.stat` is about 1.5 KiB).
+const MAX_TEXT: usize = 64 * 1024;
+
+/// Reads the whole of `file` from offset 0 into `buf` (grown when the file fills it), whatever
+/// was read of it before; the length read. One `pread` when `buf` holds the file: a seq file's
+/// text is made afresh from its start by each read at offset 0, so a file that fills the buffer
+/// is read again whole into a bigger one, never in pieces.
+fn read_from_start(file: &File, buf: &mut Vec<u8>) -> Option<usize> {
+    if buf.is_empty() {
+        buf.resize(4096, 0);
+    }
     loop {
-        let n = file.read_at(&mut buf, text.len() as u64).ok()?;
-        if n == 0 {
-            break;
+        let n = file.read_at(buf, 0).ok()?;
+        if n < buf.len() {
+            return Some(n);
         }
-        text.extend_from_slice(&buf[..n]);
-        if text.len() > 64 * 1024 {
+        if buf.len() >= MAX_TEXT {
             return None;
         }
+        let bigger = buf.len() * 2;
+        buf.resize(bigger, 0);
     }
-    String::from_utf8(text).ok()
 }
 
 #[cfg(test)]
@@ -195,12 +252,12 @@ mod tests {
         std::fs::write(&new, "2\n").unwrap();
         let files = OpenFiles::default();
         let t0 = Instant::now();
-        assert!(files.read_at(&old, t0).is_some());
+        assert!(files.read_at(&old, t0, |t| Some(t.len())).is_some());
         files.sweep_at(t0);
-        assert!(files.read_at(&new, t0 + IDLE).is_some());
+        assert!(files.read_at(&new, t0 + IDLE, |t| Some(t.len())).is_some());
         files.sweep_at(t0 + IDLE);
         assert_eq!(files.len(), 1, "the idle one closed, the other kept");
-        assert!(files.read_at(&new, t0 + IDLE).is_some());
+        assert!(files.read_at(&new, t0 + IDLE, |t| Some(t.len())).is_some());
     }
 
     #[test]
@@ -213,5 +270,46 @@ mod tests {
             assert_eq!(files.read(&path), Some(format!("{i}\n")));
         }
         assert_eq!(files.len(), MAX_OPEN);
+    }
+
+    #[test]
+    fn a_file_bigger_than_the_buffer_is_read_whole_and_the_buffer_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (big, small) = (
+            dir.path().join("memory.stat"),
+            dir.path().join("memory.max"),
+        );
+        let text: String = (0..1000).map(|i| format!("key{i} {i}\n")).collect();
+        assert!(text.len() > 4096);
+        std::fs::write(&big, &text).unwrap();
+        std::fs::write(&small, "max\n").unwrap();
+        let files = OpenFiles::default();
+        assert_eq!(files.read(&big), Some(text.clone()));
+        assert_eq!(files.read(&small).as_deref(), Some("max\n"));
+        assert_eq!(
+            files.read(&big),
+            Some(text),
+            "read again whole, from the start"
+        );
+        std::fs::write(&big, vec![b'x'; MAX_TEXT + 1]).unwrap();
+        assert_eq!(files.read(&big), None, "past MAX_TEXT: not a cgroup file");
+    }
+
+    #[test]
+    fn the_files_kept_are_half_the_descriptors_within_bounds() {
+        assert_eq!(max_open(1024), 512);
+        assert_eq!(max_open(256), MAX_OPEN);
+        assert_eq!(max_open(0), MAX_OPEN);
+        assert_eq!(max_open(20_000), 10_000);
+        assert_eq!(max_open(524_288), MAX_OPEN_CEILING);
+        assert_eq!(max_open(u64::MAX), MAX_OPEN_CEILING);
+        let dir = tempfile::tempdir().unwrap();
+        let files = OpenFiles::with_max(3);
+        for i in 0..5 {
+            let path = dir.path().join(format!("f{i}"));
+            std::fs::write(&path, "1\n").unwrap();
+            assert!(files.read(&path).is_some());
+        }
+        assert_eq!(files.len(), 3);
     }
 }
