@@ -98,9 +98,51 @@ struct Project {
     entries: BTreeMap<String, Entry>,
     /// How many of the entries are tombstones.
     graves: usize,
+    /// The live entries by the value of their group key: a group's pass reads its own, not
+    /// the project's (see [`Store::group_instances`]).
+    by_group: HashMap<String, BTreeSet<String>>,
+}
+
+/// The group key's value of an instance.
+fn group_of(i: &Instance) -> Option<&str> {
+    i.config.get(GROUP_KEY).map(String::as_str)
 }
 
 impl Project {
+    /// Makes the index by group anew from the entries (after a listing).
+    fn reindex(&mut self) {
+        self.by_group.clear();
+        for (name, e) in &self.entries {
+            if let Some(g) = e.instance.as_ref().and_then(group_of) {
+                self.by_group
+                    .entry(g.to_owned())
+                    .or_default()
+                    .insert(name.clone());
+            }
+        }
+    }
+
+    /// Follows one entry's change in the index: `name` was in the group `from` and is in `to`.
+    fn moved(&mut self, name: &str, from: Option<&str>, to: Option<&str>) {
+        if from == to {
+            return;
+        }
+        if let Some(g) = from {
+            if let Some(names) = self.by_group.get_mut(g) {
+                names.remove(name);
+                if names.is_empty() {
+                    self.by_group.remove(g);
+                }
+            }
+        }
+        if let Some(g) = to {
+            self.by_group
+                .entry(g.to_owned())
+                .or_default()
+                .insert(name.to_owned());
+        }
+    }
+
     /// Drops the tombstones no read in flight is older than (`oldest`: the oldest ticket
     /// held, if any): nothing they stand against can come any more.
     fn bury(&mut self, oldest: Option<u64>) {
@@ -186,6 +228,22 @@ impl Store {
         f(&mut lock(&self.projects))
     }
 
+    /// What `f` reads of the project, when its listing is fresh (less than `resync` old);
+    /// `None` when it must be listed.
+    fn fresh<T>(
+        &self,
+        project: &str,
+        now: Instant,
+        resync: Duration,
+        f: impl FnOnce(&Project) -> T,
+    ) -> Option<T> {
+        self.with(|p| {
+            let p = p.get(project)?;
+            let listed = p.listed?;
+            (now.saturating_duration_since(listed) < resync).then(|| f(p))
+        })
+    }
+
     /// The project's instances carrying a group key, when its listing is fresh (less than
     /// `resync` old); `None` when it must be listed.
     pub fn instances(
@@ -194,13 +252,30 @@ impl Store {
         now: Instant,
         resync: Duration,
     ) -> Option<Vec<Instance>> {
-        self.with(|p| {
-            let p = p.get(project)?;
-            let listed = p.listed?;
-            (now.saturating_duration_since(listed) < resync).then(|| {
-                p.entries
-                    .values()
-                    .filter_map(|e| e.instance.clone())
+        self.fresh(project, now, resync, |p| {
+            p.entries
+                .values()
+                .filter_map(|e| e.instance.clone())
+                .collect()
+        })
+    }
+
+    /// The project's instances whose group key is `group` (the group's own, and those that
+    /// carry its name without being its own), when its listing is fresh (less than `resync`
+    /// old); `None` when it must be listed. Only those are looked at: a group's pass costs
+    /// what the group holds, however many groups the project has.
+    pub fn group_instances(
+        &self,
+        project: &str,
+        group: &str,
+        now: Instant,
+        resync: Duration,
+    ) -> Option<Vec<Instance>> {
+        self.fresh(project, now, resync, |p| {
+            p.by_group.get(group).map_or_else(Vec::new, |names| {
+                names
+                    .iter()
+                    .filter_map(|n| p.entries.get(n)?.instance.clone())
                     .collect()
             })
         })
@@ -242,6 +317,7 @@ impl Store {
             }
             p.listed = Some(now);
             p.graves = p.count_graves();
+            p.reindex();
             // Written: let go before the tombstones are looked at (the lock is still held).
             drop(held);
             p.bury(self.oldest_held());
@@ -260,14 +336,17 @@ impl Store {
                 Some(e) if e.ticket > ticket.number => {}
                 _ => {
                     let grave = found.is_none();
+                    let to = found.as_ref().and_then(group_of).map(str::to_owned);
                     let entry = Entry {
                         ticket: ticket.number,
                         instance: found,
                     };
                     let was = p.entries.insert(name.to_owned(), entry);
-                    if was.is_some_and(|e| e.instance.is_none()) {
-                        p.graves -= 1;
-                    }
+                    let was = was.and_then(|e| {
+                        p.graves -= usize::from(e.instance.is_none());
+                        e.instance
+                    });
+                    p.moved(name, was.as_ref().and_then(group_of), to.as_deref());
                     p.graves += usize::from(grave);
                 }
             }
@@ -335,15 +414,45 @@ impl Store {
         now: Instant,
         resync: Duration,
     ) -> Result<Vec<Instance>, IncusError> {
-        if let Some(cached) = self.instances(project, now, resync) {
+        self.read_through(incus, project, now, resync, |s, fresh| {
+            s.instances(project, now, fresh)
+        })
+        .await
+    }
+
+    /// The project's instances whose group key is `group` ([`Store::group_instances`]): from
+    /// the cache when fresh, else the project is listed (one request) and cached.
+    pub async fn list_group(
+        &self,
+        incus: &dyn Incus,
+        project: &str,
+        group: &str,
+        now: Instant,
+        resync: Duration,
+    ) -> Result<Vec<Instance>, IncusError> {
+        self.read_through(incus, project, now, resync, |s, fresh| {
+            s.group_instances(project, group, now, fresh)
+        })
+        .await
+    }
+
+    /// What `pick` reads from the cache (given how fresh it must be) when the project's
+    /// listing is fresh, else after listing it (one request).
+    async fn read_through(
+        &self,
+        incus: &dyn Incus,
+        project: &str,
+        now: Instant,
+        resync: Duration,
+        pick: impl Fn(&Self, Duration) -> Option<Vec<Instance>>,
+    ) -> Result<Vec<Instance>, IncusError> {
+        if let Some(cached) = pick(self, resync) {
             return Ok(cached);
         }
         let ticket = self.ticket();
         let listed = incus.list(project).await?;
         self.listed(project, ticket, listed, now);
-        Ok(self
-            .instances(project, now, Duration::MAX)
-            .unwrap_or_default())
+        Ok(pick(self, Duration::MAX).unwrap_or_default())
     }
 
     /// Reads `name` again and takes in what is found (after the daemon acted on it).

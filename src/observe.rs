@@ -73,7 +73,7 @@ pub async fn observe(
 ) -> Result<Observation, IncusError> {
     let group = spec.name.as_str();
     let listed = store
-        .list(incus, &spec.project, Instant::now(), resync)
+        .list_group(incus, &spec.project, group, Instant::now(), resync)
         .await?;
     let now = SystemTime::now();
     let mut owned = Vec::new();

@@ -195,3 +195,71 @@ fn a_tombstone_is_dropped_once_no_read_sent_before_it_can_come_back() {
     assert_eq!(names(&s), vec![], "the stale read brought web-a back");
     assert_eq!(s.entries("default"), 0);
 }
+
+#[test]
+fn a_group_reads_its_own_instances_from_the_index_as_listings_and_reads_change_them() {
+    let s = Store::default();
+    let t0 = Instant::now();
+    let of = |g: &str| -> Vec<String> {
+        let mut v: Vec<String> = s
+            .group_instances("default", g, t0, Duration::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|i| i.name)
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(s
+        .group_instances("default", "web", t0, Duration::MAX)
+        .is_none());
+    s.listed(
+        "default",
+        s.ticket(),
+        vec![
+            inst("web-a", "Running", Some("web")),
+            inst("web-b", "Running", Some("web")),
+            inst("api-a", "Running", Some("api")),
+            inst("loose", "Running", None),
+        ],
+        t0,
+    );
+    assert_eq!(of("web"), ["web-a", "web-b"]);
+    assert_eq!(of("api"), ["api-a"]);
+    assert!(of("db").is_empty());
+    // A read finds web-b in another group (its key edited), one finds api-a gone, a new one.
+    s.put(
+        "default",
+        "web-b",
+        s.ticket(),
+        Some(inst("web-b", "Running", Some("api"))),
+    );
+    s.put("default", "api-a", s.ticket(), None);
+    s.put(
+        "default",
+        "web-c",
+        s.ticket(),
+        Some(inst("web-c", "Running", Some("web"))),
+    );
+    assert_eq!(of("web"), ["web-a", "web-c"]);
+    assert_eq!(of("api"), ["web-b"]);
+    // A key taken away leaves the group; a listing makes the index anew.
+    s.put(
+        "default",
+        "web-a",
+        s.ticket(),
+        Some(inst("web-a", "Running", None)),
+    );
+    assert_eq!(of("web"), ["web-c"]);
+    s.listed(
+        "default",
+        s.ticket(),
+        vec![inst("web-a", "Running", Some("web"))],
+        t0,
+    );
+    assert_eq!(of("web"), ["web-a"]);
+    assert!(of("api").is_empty());
+    // The index and the whole project agree.
+    let all = s.instances("default", t0, Duration::MAX).unwrap();
+    assert_eq!(all.len(), 1);
+}

@@ -53,7 +53,9 @@ async fn round(
     known: &mut HashMap<String, (String, IpAddr)>,
 ) {
     let (project, group) = (spec.project.as_str(), spec.name.as_str());
-    let Some(listed) = store.instances(project, Instant::now(), std::time::Duration::MAX) else {
+    let Some(listed) =
+        store.group_instances(project, group, Instant::now(), std::time::Duration::MAX)
+    else {
         return;
     };
     let running: Vec<_> = listed

@@ -284,7 +284,7 @@ impl Round<'_> {
     async fn run(&self, store: &Store, board: &Board, known: &mut HashMap<String, Probed>) {
         let (project, group) = (self.spec.project.as_str(), self.spec.name.as_str());
         let now = Instant::now();
-        let Some(listed) = store.instances(project, now, Duration::MAX) else {
+        let Some(listed) = store.group_instances(project, group, now, Duration::MAX) else {
             return;
         };
         let running: Vec<Instance> = listed

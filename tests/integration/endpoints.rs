@@ -285,11 +285,17 @@ async fn the_set_follows_the_group_and_a_removal_waits_for_it() {
         (hook.last() == Some(vec![first.clone()])).then_some(())
     })
     .await;
-    let status = d.telemetry.status();
-    let e = status.groups[0]
-        .endpoints
-        .clone()
-        .expect("endpoints in status");
+    // The hook wrote down the set while it ran: the daemon records it as published once the
+    // run has ended.
+    let e = until("the set in status", Duration::from_secs(20), || {
+        let status = d.telemetry.status();
+        let e = status.groups[0]
+            .endpoints
+            .clone()
+            .expect("endpoints in status");
+        (!e.published.is_empty()).then_some(e)
+    })
+    .await;
     assert_eq!(e.published.len(), 1);
     assert_eq!(e.published[0].instance, first);
     assert_eq!(e.error, None);
