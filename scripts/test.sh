@@ -125,6 +125,9 @@ phase "the benchmarks, smoke runs (3 instances, unoptimized; the figures in docs
 # unit, the dev-dependencies' tokio features) took 2 of the suite's minutes to compile.
 TICKS=1 PARALLEL=2 REPEAT=1 cargo bench --locked --profile test \
     --bench tick_cost --bench burst --bench memory_cost -- 3
+# The fleet: one daemon, a fake incusd and a fake cgroup tree (no Incus), 100 instances in 10
+# groups for 2 s.
+FLEET_SECONDS=2 cargo bench --locked --profile test --bench fleet -- 100/10
 if [ -s "$stalls" ]; then
     echo "test.sh: Incus stalled (a read unanswered, a start failed) and the tests waited it out:"
     cat "$stalls"

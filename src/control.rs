@@ -1,8 +1,9 @@
 //! The control socket: what the running daemon thinks, for people (`incus-hpa status`) and for
 //! Prometheus (`GET /metrics`). HTTP/1 over a unix socket (hyper), read-only.
 //!
-//! - `GET /status`: `{"groups": [GroupStatus…]}`, the board the loop writes after each pass
-//!   (each group's `standby` read from the leases when asked, [`Telemetry::live_standby`]);
+//! - `GET /status`: `{"groups": [GroupStatus…]}`, the board the loop writes after passes end
+//!   (at most every [`crate::daemon::PUBLISH_EVERY`]; each group's `standby` read from the
+//!   leases when asked, [`Telemetry::live_standby`]);
 //! - `GET /metrics`: the Prometheus exposition (prometheus-client) of [`Telemetry`], in
 //!   OpenMetrics or the classic text format as the client asks ([`crate::exposition`]).
 //!

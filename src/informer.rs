@@ -4,7 +4,9 @@
 //!
 //! - A project is listed (one filtered `recursion=1` request) the first time a group of it is
 //!   observed, again whenever the event stream (re)connects (events may have been missed), and
-//!   again every `[daemon] resync` as a guard against anything missed.
+//!   again every `[daemon] resync` as a guard against anything missed. One listing of a project
+//!   is in flight at a time: the passes that find it stale together take what the first one
+//!   lists (a thousand groups starting at once make one listing, not a thousand copies of it).
 //! - A project no group observes any more is dropped ([`Store::retain_projects`], on every
 //!   change of the desired state): its instances leave the cache and its events are not read.
 //! - Each lifecycle event about an instance of a listed project reads that one instance again
@@ -180,6 +182,8 @@ pub struct Store {
     reads: Mutex<HashMap<Key, Reading>>,
     /// At most [`READS_AT_ONCE`] reads for events in flight.
     gate: Semaphore,
+    /// One listing per project at a time ([`Store::read_through`]).
+    listing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Default for Store {
@@ -191,6 +195,7 @@ impl Default for Store {
             held: Arc::default(),
             reads: Mutex::default(),
             gate: Semaphore::new(READS_AT_ONCE),
+            listing: Mutex::default(),
         }
     }
 }
@@ -366,6 +371,7 @@ impl Store {
     /// wanted again later is listed afresh.
     pub fn retain_projects(&self, keep: &BTreeSet<String>) {
         self.with(|p| p.retain(|project, _| keep.contains(project)));
+        lock(&self.listing).retain(|project, _| keep.contains(project));
     }
 
     /// Every project is to be listed again before it is used (the event stream reconnected:
@@ -437,7 +443,8 @@ impl Store {
     }
 
     /// What `pick` reads from the cache (given how fresh it must be) when the project's
-    /// listing is fresh, else after listing it (one request).
+    /// listing is fresh, else after listing it (one request). A listing of the project already
+    /// in flight is waited for and read from instead of sent again.
     async fn read_through(
         &self,
         incus: &dyn Incus,
@@ -446,6 +453,11 @@ impl Store {
         resync: Duration,
         pick: impl Fn(&Self, Duration) -> Option<Vec<Instance>>,
     ) -> Result<Vec<Instance>, IncusError> {
+        if let Some(cached) = pick(self, resync) {
+            return Ok(cached);
+        }
+        let one = Arc::clone(lock(&self.listing).entry(project.to_owned()).or_default());
+        let _listing = one.lock().await;
         if let Some(cached) = pick(self, resync) {
             return Ok(cached);
         }

@@ -18,11 +18,18 @@ use incus_hpa::model::{GroupSpec, GROUP_KEY};
 /// forks and reaps (`incusd forknet …` renders each instance's state: most of the cost).
 pub fn incusd_cpu() -> Duration {
     let pid = incusd_pid();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("incusd's stat");
+    cpu_of(&pid, true)
+}
+
+/// The CPU time (user + system) process `pid` has used so far, with the children it has reaped
+/// when `children`.
+pub fn cpu_of(pid: &str, children: bool) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("a process's stat");
     let after = &stat[stat.rfind(')').expect("comm") + 2..];
     let f: Vec<&str> = after.split_whitespace().collect();
-    // utime, stime, cutime, cstime
-    let ticks: f64 = f[11..=14]
+    // utime, stime, then cutime, cstime
+    let last = if children { 14 } else { 12 };
+    let ticks: f64 = f[11..=last]
         .iter()
         .map(|v| v.parse::<f64>().expect("a CPU time"))
         .sum();

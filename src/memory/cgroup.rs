@@ -16,8 +16,8 @@
 //!
 //! CPU time and pressure are read only for a group that scales on them. On the real tree every
 //! file read stays open from one pass to the next ([`OpenFiles`]), so a steady reading is one
-//! `pread` per file and no `open`, `statx` or `close`; each reading ends with a sweep that
-//! closes those of deleted instances.
+//! `pread` per file and no `open`, `statx` or `close`; each reading ends with a sweep (done at
+//! most every few seconds) that closes those of deleted instances.
 
 use std::path::{Path, PathBuf};
 
@@ -37,7 +37,8 @@ pub struct CgroupSource {
 }
 
 impl CgroupSource {
-    /// Reads under `/sys/fs/cgroup`, with the host's memory from `/proc/meminfo`.
+    /// Reads under `/sys/fs/cgroup` (or `INCUS_HPA_CGROUP_ROOT`, a fake tree for the fleet
+    /// benchmark), with the host's memory from `/proc/meminfo`.
     pub fn system() -> Self {
         let host_total = std::fs::read_to_string("/proc/meminfo")
             .ok()
@@ -47,7 +48,11 @@ impl CgroupSource {
         let max = super::open_files::max_open(crate::limits::descriptors());
         Self {
             open: Some(OpenFiles::with_max(max)),
-            ..Self::new("/sys/fs/cgroup", host_total)
+            ..Self::new(
+                std::env::var_os("INCUS_HPA_CGROUP_ROOT")
+                    .map_or_else(|| PathBuf::from("/sys/fs/cgroup"), PathBuf::from),
+                host_total,
+            )
         }
     }
 
@@ -69,11 +74,12 @@ impl CgroupSource {
     }
 
     /// The same source keeping the signals' files open, as on the real tree: for tests whose
-    /// tree removes whole directories (a plain file removed stays readable open).
+    /// tree removes whole directories (a plain file removed stays readable open). It sweeps
+    /// after every reading (not at most every few seconds).
     #[cfg(test)]
     fn keeping_files_open(self) -> Self {
         Self {
-            open: Some(OpenFiles::default()),
+            open: Some(OpenFiles::default().sweeping_every_time()),
             ..self
         }
     }

@@ -6,10 +6,12 @@
 //!
 //! A descriptor kept open keeps its cgroup in the kernel after the instance is deleted, so the
 //! files of deleted instances are closed at the next [`OpenFiles::sweep`] but one (the source
-//! sweeps after each group's reading): a sweep looks at the files not read since the one
-//! before and closes those whose directory is gone, or that were not read for [`IDLE`]. The
-//! files read in between are not looked at, so a steady pass costs no more than its reads,
-//! and the descriptors kept follow the instances there are. At most [`MAX_OPEN`] files are
+//! asks for a sweep after each group's reading; one is done at most every [`SWEEP_EVERY`]): a
+//! sweep looks at the files not read since the one before and closes those whose directory is
+//! gone, or that were not read for [`IDLE`]. The files read in between are not looked at, so a
+//! steady pass costs no more than its reads, and the descriptors kept follow the instances
+//! there are. (A sweep after every group's reading looked at every other group's files: a
+//! thousand groups of ten made ten million lookups a second.) At most [`MAX_OPEN`] files are
 //! kept; past that, a file is read the plain way, so the daemon never holds many descriptors
 //! for this: [`max_open`] of the descriptors the process may open (the daemon raises its soft
 //! limit to the hard one at start: systemd gives services 1,024 of 524,288).
@@ -42,14 +44,20 @@ pub fn max_open(limit: u64) -> usize {
         .clamp(MAX_OPEN, MAX_OPEN_CEILING)
 }
 
-/// A file not read for this long is closed by the next sweep (or when room is needed).
+/// A file not read for this long is closed by the next sweep.
 pub const IDLE: Duration = Duration::from_secs(600);
+
+/// The least time between two sweeps: the files of a deleted instance are closed within twice
+/// this after their last reading (with one `stat` per instance directory per sweep).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The cache of open files; see the module's header.
 pub struct OpenFiles {
     kept: Mutex<Kept>,
     /// The most files kept open.
     max: usize,
+    /// The least time between two sweeps ([`SWEEP_EVERY`]).
+    every: Duration,
 }
 
 impl Default for OpenFiles {
@@ -64,6 +72,8 @@ struct Kept {
     files: HashMap<PathBuf, Open>,
     /// Sweeps done so far.
     sweeps: u64,
+    /// When the last was done.
+    swept: Option<Instant>,
     /// The buffer every read goes into.
     buf: Vec<u8>,
 }
@@ -82,6 +92,16 @@ impl OpenFiles {
         Self {
             kept: Mutex::default(),
             max,
+            every: SWEEP_EVERY,
+        }
+    }
+
+    /// Sweeping whenever asked (for tests of what a sweep closes).
+    #[cfg(test)]
+    pub(super) fn sweeping_every_time(self) -> Self {
+        Self {
+            every: Duration::ZERO,
+            ..self
         }
     }
 
@@ -121,10 +141,8 @@ impl OpenFiles {
         }
         let file = File::open(path).ok()?;
         let n = read_from_start(&file, &mut kept.buf)?;
-        if kept.files.len() >= self.max {
-            kept.files
-                .retain(|_, open| now.duration_since(open.used) < IDLE);
-        }
+        // Full: read the plain way (the sweeps close what is idle; looking for it here made
+        // every file opened past the limit cost a look at every file kept).
         if kept.files.len() < self.max {
             let open = Open {
                 file,
@@ -136,15 +154,24 @@ impl OpenFiles {
         parse(std::str::from_utf8(&kept.buf[..n]).ok()?)
     }
 
+    /// Sweeps when the last sweep was [`SWEEP_EVERY`] ago or more (see [`OpenFiles::sweep_at`]).
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        let due = self
+            .kept()
+            .swept
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.every);
+        if due {
+            self.sweep_at(now);
+        }
+    }
+
     /// Closes the files not read since the last sweep whose directory is gone (their cgroup was
     /// removed: the instance was deleted or stopped) or that were not read for [`IDLE`]. One
     /// `stat` per directory looked at.
-    pub fn sweep(&self) {
-        self.sweep_at(Instant::now());
-    }
-
     fn sweep_at(&self, now: Instant) {
         let mut kept = self.kept();
+        kept.swept = Some(now);
         let current = kept.sweeps;
         let mut there: HashMap<PathBuf, bool> = HashMap::new();
         kept.files.retain(|path, open| {
@@ -226,22 +253,41 @@ mod tests {
                 assert!(files.read(&d.join(f)).is_some());
             }
         }
-        files.sweep();
+        files.sweep_at(Instant::now());
         assert_eq!(
             files.len(),
             8,
             "read since the last sweep: kept, not looked at"
         );
         std::fs::remove_dir_all(&dirs[0]).unwrap();
-        files.sweep();
+        files.sweep_at(Instant::now());
         assert_eq!(files.len(), 6, "d0 is gone");
         // Read between two sweeps: kept even though its directory went in between.
         assert!(files.read(&dirs[1].join("cpu.stat")).is_some());
         std::fs::remove_dir_all(&dirs[1]).unwrap();
-        files.sweep();
+        files.sweep_at(Instant::now());
         assert_eq!(files.len(), 5, "d1's unread file closed, its read one kept");
-        files.sweep();
+        files.sweep_at(Instant::now());
         assert_eq!(files.len(), 4, "and closed at the sweep after");
+    }
+
+    #[test]
+    fn a_sweep_is_done_at_most_every_sweep_every() {
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("cpu.stat"), "x\n").unwrap();
+        let files = OpenFiles::default();
+        assert!(files.read(&d.join("cpu.stat")).is_some());
+        files.sweep();
+        std::fs::remove_dir_all(&d).unwrap();
+        for _ in 0..3 {
+            files.sweep();
+        }
+        assert_eq!(files.len(), 1, "asked within SWEEP_EVERY: no sweep done");
+        let later = files.kept().swept.unwrap() + SWEEP_EVERY;
+        files.sweep_at(later);
+        assert_eq!(files.len(), 0, "the sweep due closes it");
     }
 
     #[test]

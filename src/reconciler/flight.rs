@@ -57,7 +57,8 @@ impl Reconciler {
     fn may_start(&self, g: &GroupState) -> bool {
         !self
             .flying
-            .contains_key(&(g.spec.project.clone(), g.spec.name.clone()))
+            .get(&g.spec.project)
+            .is_some_and(|p| p.contains_key(&g.spec.name))
     }
 
     /// Starts the pass of every group due at `now` that has none in flight. It returns through
@@ -94,7 +95,10 @@ impl Reconciler {
             seen: None,
             last_action: None,
         };
-        self.flying.insert((project, name.clone()), g.id);
+        self.flying
+            .entry(project)
+            .or_default()
+            .insert(name.clone(), g.id);
         let id = g.id;
         let (ctx, memory) = (self.ctx.clone(), self.memory.clone());
         let given = pass::Given {
@@ -194,7 +198,12 @@ impl Reconciler {
             done,
         } = r;
         let (project, name) = (&work.spec.project, &work.spec.name);
-        self.flying.remove(&(project.clone(), name.clone()));
+        if let Some(p) = self.flying.get_mut(project) {
+            p.remove(name);
+            if p.is_empty() {
+                self.flying.remove(project);
+            }
+        }
         self.ctx.telemetry.pass(
             name.as_str(),
             project,

@@ -197,9 +197,11 @@ pub struct Reconciler {
     last_id: u64,
     /// The passes in flight.
     passes: FuturesUnordered<BoxFuture<'static, flight::Returned>>,
-    /// The (project, group) of each pass in flight, and the declaration it is of: a group is
-    /// never reconciled twice at once, even declared again meanwhile.
-    flying: HashMap<(String, GroupName), u64>,
+    /// The groups with a pass in flight by project, and the declaration each is of: a group
+    /// is never reconciled twice at once, even declared again meanwhile. (By project, then
+    /// group: looked up without a copy of either name, for every group at every turn of the
+    /// loop.)
+    flying: HashMap<String, HashMap<GroupName, u64>>,
     /// The external signals' programs.
     runs: runs::Runs,
     /// The hosts' readings shared by the passes that start together, and when it was opened.

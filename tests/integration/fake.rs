@@ -68,6 +68,8 @@ struct State {
     drain_time: Option<std::time::Duration>,
     /// How long a graceful stop takes (none: at once).
     stop_time: Option<std::time::Duration>,
+    /// How long a listing takes (none: at once).
+    list_time: Option<std::time::Duration>,
     /// Followers of the lifecycle events.
     followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
     /// Lease stores by project, and a version per project for its ETag.
@@ -461,6 +463,9 @@ impl Incus for FakeIncus {
 
     async fn list(&self, project: &str) -> Result<Vec<Instance>, IncusError> {
         self.call("list")?;
+        if let Some(t) = self.with(|s| s.list_time) {
+            tokio::time::sleep(t).await;
+        }
         Ok(self.with(|s| {
             s.instances
                 .iter()
@@ -955,6 +960,11 @@ impl FakeIncus {
     /// Graceful stops: every later one takes `time` (none: at once).
     pub fn set_stop_time(&self, time: Option<std::time::Duration>) {
         self.with(|s| s.stop_time = time);
+    }
+
+    /// Listings: every later one takes `time` (none: at once).
+    pub fn set_list_time(&self, time: Option<std::time::Duration>) {
+        self.with(|s| s.list_time = time);
     }
 
     /// The drain commands run so far: (instance, command).

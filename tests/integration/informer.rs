@@ -1,6 +1,7 @@
 //! The informer against the fake Incus: a steady pass asks nothing of Incus, events keep the
 //! cache right, a lost event stream and the resync period bring a fresh list, reads for events
-//! are coalesced and bounded, projects no group uses are dropped.
+//! are coalesced and bounded, projects no group uses are dropped, groups that find a project
+//! stale together share one listing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -317,4 +318,25 @@ async fn a_storm_of_events_is_taken_in_without_a_task_per_event() {
     })
     .await;
     assert_eq!(fake.calls("get"), 300, "one read per instance");
+}
+
+#[tokio::test(start_paused = true)]
+async fn groups_that_find_the_project_stale_together_share_one_listing() {
+    let fake = Arc::new(FakeIncus::default());
+    let groups = ["a", "b", "c"];
+    for g in groups {
+        fake.add_owned(g, &format!("{g}-1"), "Running");
+    }
+    fake.set_list_time(Some(Duration::from_secs(1)));
+    let store = Store::default();
+    let now = Instant::now();
+    let found = futures_util::future::join_all(
+        groups.map(|g| store.list_group(fake.as_ref(), "default", g, now, MINUTE)),
+    )
+    .await;
+    assert_eq!(fake.calls("list"), 1, "one listing for the three groups");
+    for (g, found) in groups.iter().zip(found) {
+        let names: Vec<String> = found.unwrap().into_iter().map(|i| i.name).collect();
+        assert_eq!(names, [format!("{g}-1")]);
+    }
 }
