@@ -344,6 +344,11 @@ fn environment(p: &mut Page) {
             "How long one request to Incus (30s) and one creation, start or command (2m) are \
              waited for, as durations; meant for tests.",
         ),
+        (
+            "INCUS_HPA_CGROUP_ROOT",
+            "Where the cgroup files are read instead of /sys/fs/cgroup; meant for the fleet \
+             benchmark's fake tree.",
+        ),
     ] {
         p.entry(vec![bold(name)], what);
     }
