@@ -54,6 +54,11 @@ impl Board {
     /// Forgets the group's instances but those `keep` says to keep.
     pub fn retain_instances(&self, project: &str, group: &str, keep: impl Fn(&str) -> bool) {
         self.with(|e| e.retain(|(p, g, i), _| p != project || g != group || keep(i)));
+    }
+
+    /// Forgets the group's leaving marks but those `keep` says to keep (the instances still
+    /// running: a mark lasts as long as its removal, whether the instance was checked or not).
+    pub fn retain_leaving(&self, project: &str, group: &str, keep: impl Fn(&str) -> bool) {
         self.leaving_set()
             .retain(|(p, g, i)| p != project || g != group || keep(i));
     }
@@ -81,6 +86,7 @@ impl Board {
     /// Forgets every instance of a group (no longer checked).
     pub fn forget_group(&self, project: &str, group: &str) {
         self.retain_instances(project, group, |_| false);
+        self.retain_leaving(project, group, |_| false);
     }
 
     /// How many instances it holds.

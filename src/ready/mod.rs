@@ -294,6 +294,9 @@ impl Round<'_> {
             .collect();
         known.retain(|name, _| running.iter().any(|i| &i.name == name));
         board.retain_instances(project, group, |name| known.contains_key(name));
+        board.retain_leaving(project, group, |name| {
+            running.iter().any(|i| i.name == name)
+        });
         let wall = SystemTime::now();
         let mut targets = Vec::with_capacity(running.len());
         // A removal is draining and stopping those: what was found of them last stands.

@@ -406,6 +406,27 @@ async fn the_prober_follows_the_desired_state() {
 }
 
 #[tokio::test]
+async fn an_instance_marked_leaving_before_its_first_check_is_never_checked() {
+    let srv = server(0).await;
+    let (prober, board, plain) = prober_of(&["web-aaaaaa", "web-bbbbbb"]).await;
+    // A scale-down takes a starting instance first: its removal may mark it before the prober
+    // has ever checked it.
+    board.set_leaving("default", "web", "web-aaaaaa", true);
+    prober.set_desired(&checked(plain, srv.port, None));
+    until("the other ready", Duration::from_secs(20), || {
+        (readiness(&board, "web-bbbbbb") == Some(Readiness::Ready)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        readiness(&board, "web-aaaaaa"),
+        None,
+        "checked in the round that checked the other"
+    );
+    assert!(board.is_leaving("default", "web", "web-aaaaaa"));
+    drop(prober);
+}
+
+#[tokio::test]
 async fn an_instance_a_removal_marked_leaving_is_checked_no_more() {
     let srv = server(0).await;
     let (prober, board, plain) = prober_of(&["web-aaaaaa", "web-bbbbbb"]).await;
