@@ -202,8 +202,9 @@ pub async fn check_once(
     let Some(ready) = &spec.ready else {
         return;
     };
+    let group = spec.name.as_str();
     if store
-        .list(incus, &spec.project, Instant::now(), resync)
+        .list_group(incus, &spec.project, group, Instant::now(), resync)
         .await
         .is_err()
     {

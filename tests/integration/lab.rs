@@ -265,13 +265,13 @@ pub fn eventually(
         if start.elapsed() > within {
             match failed_start_since(log_at).filter(|_| !extended) {
                 Some(line) => {
-                    extended = true;
-                    within += START_STALL_GRACE;
                     write_stall(&format!(
                         "{}: Incus failed a start while the test waited {within:?} for \
                          {what}; waiting {START_STALL_GRACE:?} more. incusd logged:\n{line}\n",
                         std::thread::current().name().unwrap_or("a test"),
                     ));
+                    extended = true;
+                    within += START_STALL_GRACE;
                 }
                 None => panic!(
                     "timed out after {within:?} waiting for: {what}\n--- daemon log ---\n{}",
