@@ -89,8 +89,9 @@ impl Drop for Ticket {
 #[derive(Debug, Clone)]
 struct Entry {
     ticket: u64,
-    /// `None`: gone (or no longer in any group), kept so that older reads lose.
-    instance: Option<Instance>,
+    /// `None`: gone (or no longer in any group), kept so that older reads lose. Shared: a
+    /// pass takes its group's instances without copying them.
+    instance: Option<Arc<Instance>>,
 }
 
 #[derive(Debug, Default)]
@@ -105,6 +106,16 @@ struct Project {
     by_group: HashMap<String, BTreeSet<String>>,
 }
 
+/// What the cache keeps of an instance, shared: what a read keeps of its config
+/// ([`Instance::keeps`]; an instance made otherwise, as by a test's fake, is trimmed here).
+fn kept(mut i: Instance) -> Arc<Instance> {
+    if i.config.keys().any(|k| !Instance::keeps(k)) {
+        i.config.retain(|k, _| Instance::keeps(k));
+        i.config.shrink_to_fit();
+    }
+    Arc::new(i)
+}
+
 /// The group key's value of an instance.
 fn group_of(i: &Instance) -> Option<&str> {
     i.config.get(GROUP_KEY).map(String::as_str)
@@ -115,7 +126,7 @@ impl Project {
     fn reindex(&mut self) {
         self.by_group.clear();
         for (name, e) in &self.entries {
-            if let Some(g) = e.instance.as_ref().and_then(group_of) {
+            if let Some(g) = e.instance.as_deref().and_then(group_of) {
                 self.by_group
                     .entry(g.to_owned())
                     .or_default()
@@ -260,7 +271,7 @@ impl Store {
         self.fresh(project, now, resync, |p| {
             p.entries
                 .values()
-                .filter_map(|e| e.instance.clone())
+                .filter_map(|e| e.instance.as_deref().cloned())
                 .collect()
         })
     }
@@ -275,7 +286,7 @@ impl Store {
         group: &str,
         now: Instant,
         resync: Duration,
-    ) -> Option<Vec<Instance>> {
+    ) -> Option<Vec<Arc<Instance>>> {
         self.fresh(project, now, resync, |p| {
             p.by_group.get(group).map_or_else(Vec::new, |names| {
                 names
@@ -300,7 +311,7 @@ impl Store {
                 if !i.is_unavailable() {
                     return i.config.contains_key(GROUP_KEY).then_some(i);
                 }
-                let known = before.get(&i.name)?.instance.clone()?;
+                let known = before.get(&i.name)?.instance.as_deref()?.clone();
                 Some(Instance {
                     unreachable: true,
                     status: i.status,
@@ -308,7 +319,7 @@ impl Store {
                     ..known
                 })
             });
-            let instances: Vec<Instance> = instances.collect();
+            let instances: Vec<Arc<Instance>> = instances.map(kept).collect();
             // Entries written after the listing was sent stay; everything else is replaced.
             p.entries = before
                 .into_iter()
@@ -332,7 +343,7 @@ impl Store {
     /// Takes in what a read of one instance, sent with `ticket`, found (`None`: gone). Only for
     /// projects already listed; a read older than what is known loses.
     pub fn put(&self, project: &str, name: &str, ticket: Ticket, found: Option<Instance>) {
-        let found = found.filter(|i| i.config.contains_key(GROUP_KEY));
+        let found = found.filter(|i| i.config.contains_key(GROUP_KEY)).map(kept);
         self.with(|p| {
             let Some(p) = p.get_mut(project) else {
                 return;
@@ -341,7 +352,7 @@ impl Store {
                 Some(e) if e.ticket > ticket.number => {}
                 _ => {
                     let grave = found.is_none();
-                    let to = found.as_ref().and_then(group_of).map(str::to_owned);
+                    let to = found.as_deref().and_then(group_of).map(str::to_owned);
                     let entry = Entry {
                         ticket: ticket.number,
                         instance: found,
@@ -351,7 +362,7 @@ impl Store {
                         p.graves -= usize::from(e.instance.is_none());
                         e.instance
                     });
-                    p.moved(name, was.as_ref().and_then(group_of), to.as_deref());
+                    p.moved(name, was.as_deref().and_then(group_of), to.as_deref());
                     p.graves += usize::from(grave);
                 }
             }
@@ -435,7 +446,7 @@ impl Store {
         group: &str,
         now: Instant,
         resync: Duration,
-    ) -> Result<Vec<Instance>, IncusError> {
+    ) -> Result<Vec<Arc<Instance>>, IncusError> {
         self.read_through(incus, project, now, resync, |s, fresh| {
             s.group_instances(project, group, now, fresh)
         })
@@ -445,14 +456,14 @@ impl Store {
     /// What `pick` reads from the cache (given how fresh it must be) when the project's
     /// listing is fresh, else after listing it (one request). A listing of the project already
     /// in flight is waited for and read from instead of sent again.
-    async fn read_through(
+    async fn read_through<T>(
         &self,
         incus: &dyn Incus,
         project: &str,
         now: Instant,
         resync: Duration,
-        pick: impl Fn(&Self, Duration) -> Option<Vec<Instance>>,
-    ) -> Result<Vec<Instance>, IncusError> {
+        pick: impl Fn(&Self, Duration) -> Option<Vec<T>>,
+    ) -> Result<Vec<T>, IncusError> {
         if let Some(cached) = pick(self, resync) {
             return Ok(cached);
         }

@@ -87,7 +87,7 @@ pub async fn observe(
                     &i.name,
                     i.config.get(UUID_KEY).map_or("", String::as_str),
                 ),
-                name: i.name,
+                name: i.name.clone(),
                 why,
             }),
             Ownership::NotInGroup => {}
@@ -128,7 +128,7 @@ pub async fn observe(
                 created_at: i.created_nanos(),
                 since_start: i.since_start(now),
                 location: i.member().to_owned(),
-                name: i.name,
+                name: i.name.clone(),
                 status,
                 memory,
             }

@@ -79,7 +79,8 @@ pub struct Instance {
     #[serde(default)]
     pub status: String,
     /// `null` for an instance on a cluster member that does not answer: read as empty.
-    #[serde(default, deserialize_with = "null_as_empty")]
+    /// Without the keys Incus writes for itself (see [`Instance::keeps`]).
+    #[serde(default, deserialize_with = "kept_config")]
     pub config: HashMap<String, String>,
     #[serde(default)]
     pub created_at: String,
@@ -98,6 +99,15 @@ pub struct Instance {
 }
 
 impl Instance {
+    /// Whether a config key is kept when an instance is read: every key but those Incus writes
+    /// for itself (`image.*`, `volatile.*`: a dozen per instance, two of them long ID maps),
+    /// except `volatile.uuid`, which ownership reads. Nothing the daemon reads is left out; a
+    /// thousand instances read take about 1.5 MiB less, and their copies none.
+    pub fn keeps(key: &str) -> bool {
+        key == crate::model::UUID_KEY
+            || !(key.starts_with("volatile.") || key.starts_with("image."))
+    }
+
     /// True for what a cluster lists in place of an instance on a member that does not answer:
     /// status Error, its member, and nothing else (no config: not even its group key).
     pub fn is_unavailable(&self) -> bool {
@@ -148,12 +158,43 @@ impl Instance {
     }
 }
 
-/// A map that may be `null`.
-fn null_as_empty<'de, D>(d: D) -> Result<HashMap<String, String>, D::Error>
+/// An instance's config as read: a map that may be `null` (read as empty), without the keys
+/// [`Instance::keeps`] leaves out, which are skipped as they are read.
+fn kept_config<'de, D>(d: D) -> Result<HashMap<String, String>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
-    Ok(Option::<HashMap<String, String>>::deserialize(d)?.unwrap_or_default())
+    struct Kept;
+    impl<'de> serde::de::Visitor<'de> for Kept {
+        type Value = HashMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of strings, or null")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(HashMap::new())
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(HashMap::new())
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut kept = HashMap::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if Instance::keeps(&key) {
+                    kept.insert(key.into_owned(), map.next_value()?);
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(kept)
+        }
+    }
+    d.deserialize_option(Kept)
 }
 
 /// An RFC 3339 time as Incus writes it (UTC, `Z`, up to nanoseconds).
@@ -399,5 +440,38 @@ mod tests {
         )
         .unwrap();
         assert_eq!(i.status(), InstanceStatus::Stopped);
+    }
+
+    #[test]
+    fn a_read_keeps_every_config_key_but_those_incus_writes_for_itself_and_the_uuid() {
+        let i: Instance = serde_json::from_str(
+            r#"{"name": "web-a", "status": "Running", "config": {
+                "volatile.uuid": "9ffd1eae", "volatile.idmap.next": "[{\"Isuid\":true}]",
+                "volatile.last_state.power": "RUNNING", "image.os": "busybox",
+                "limits.memory": "64MiB", "user.incus-hpa.group": "web", "user.note": "kept"},
+                "expanded_config": {"volatile.uuid": "other"}}"#,
+        )
+        .unwrap();
+        let mut keys: Vec<&str> = i.config.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "limits.memory",
+                "user.incus-hpa.group",
+                "user.note",
+                "volatile.uuid"
+            ]
+        );
+        assert_eq!(i.config["volatile.uuid"], "9ffd1eae");
+        for config in ["null", "{}"] {
+            let i: Instance =
+                serde_json::from_str(&format!(r#"{{"name": "a", "config": {config}}}"#)).unwrap();
+            assert!(i.config.is_empty(), "{config}");
+        }
+        let i: Instance = serde_json::from_value(serde_json::json!({
+            "name": "a", "config": {"image.os": "x", "user.a": "b"}}))
+        .unwrap();
+        assert_eq!(i.config.len(), 1, "from a value too");
     }
 }

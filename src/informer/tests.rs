@@ -205,7 +205,7 @@ fn a_group_reads_its_own_instances_from_the_index_as_listings_and_reads_change_t
             .group_instances("default", g, t0, Duration::MAX)
             .unwrap()
             .into_iter()
-            .map(|i| i.name)
+            .map(|i| i.name.clone())
             .collect();
         v.sort();
         v
@@ -262,4 +262,42 @@ fn a_group_reads_its_own_instances_from_the_index_as_listings_and_reads_change_t
     // The index and the whole project agree.
     let all = s.instances("default", t0, Duration::MAX).unwrap();
     assert_eq!(all.len(), 1);
+}
+
+#[test]
+fn the_cache_keeps_every_key_but_those_incus_writes_for_itself_and_the_uuid() {
+    let s = Store::default();
+    let t0 = Instant::now();
+    let mut i = inst("web-a", "Running", Some("web"));
+    for (k, v) in [
+        ("volatile.uuid", "9ffd1eae"),
+        ("volatile.idmap.next", "[{\"Isuid\":true}]"),
+        ("volatile.last_state.power", "RUNNING"),
+        ("image.os", "busybox"),
+        ("limits.memory", "64MiB"),
+        ("user.incus-hpa.owner", "default/web-a/9ffd1eae"),
+        ("user.note", "kept"),
+    ] {
+        i.config.insert(k.into(), v.into());
+    }
+    let read = i.clone();
+    s.listed("default", s.ticket(), vec![i], t0);
+    let keys = |s: &Store| {
+        let got = s
+            .group_instances("default", "web", t0, Duration::MAX)
+            .unwrap();
+        let mut k: Vec<String> = got[0].config.keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let want = [
+        "limits.memory",
+        "user.incus-hpa.group",
+        "user.incus-hpa.owner",
+        "user.note",
+        "volatile.uuid",
+    ];
+    assert_eq!(keys(&s), want, "after a listing");
+    s.put("default", "web-a", s.ticket(), Some(read));
+    assert_eq!(keys(&s), want, "after a read");
 }

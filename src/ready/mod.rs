@@ -288,7 +288,7 @@ impl Round<'_> {
         let Some(listed) = store.group_instances(project, group, now, Duration::MAX) else {
             return;
         };
-        let running: Vec<Instance> = listed
+        let running: Vec<Arc<Instance>> = listed
             .into_iter()
             .filter(|i| i.status().is_healthy())
             .filter(|i| ownership(group, project, &i.name, &i.config) == Ownership::Owned)

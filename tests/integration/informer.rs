@@ -336,7 +336,7 @@ async fn groups_that_find_the_project_stale_together_share_one_listing() {
     .await;
     assert_eq!(fake.calls("list"), 1, "one listing for the three groups");
     for (g, found) in groups.iter().zip(found) {
-        let names: Vec<String> = found.unwrap().into_iter().map(|i| i.name).collect();
+        let names: Vec<String> = found.unwrap().into_iter().map(|i| i.name.clone()).collect();
         assert_eq!(names, [format!("{g}-1")]);
     }
 }

@@ -63,7 +63,7 @@ pub(super) async fn read(client: &Client, project: &str) -> Result<LeaseHome, In
         #[serde(default)]
         project: Option<String>,
     }
-    let p: Profile = serde_json::from_value(env.metadata).map_err(|e| decode(e.to_string()))?;
+    let p: Profile = env.metadata().map_err(|e| decode(e.to_string()))?;
     Ok(LeaseHome {
         config: p.config,
         description: p.description,
