@@ -7,7 +7,9 @@
 //! The files read per instance, in order (`P` is `lxc.payload.NAME`, or
 //! `lxc.payload.PROJECT_NAME` outside the `default` project):
 //! - v1, and hybrid (v1 controllers beside a v2 tree mounted at `unified/`): `memory/P/`
-//!   `memory.usage_in_bytes`, `memory.limit_in_bytes`, `memory.stat`, `memory.oom_control`;
+//!   `memory.usage_in_bytes`, `memory.stat` (its `hierarchical_memory_limit` is the limit in
+//!   force: the lowest of the instance's and its parents'; `memory.limit_in_bytes` is read
+//!   only where it lacks one), `memory.oom_control`;
 //!   then, when `unified/P` is a directory (hybrid), its `cpu.stat`, `cpu.pressure` and
 //!   `memory.pressure`; `cpuacct/P/cpuacct.usage` only when there is no `cpu.stat` to read
 //!   (pure v1: no pressure either).
@@ -135,37 +137,57 @@ impl CgroupSource {
     pub fn read_one_wanted(&self, project: &str, name: &str, wanted: Wanted) -> Option<Memory> {
         let payload = Self::payload(project, name);
         let extra = wanted.cpu || wanted.pressure;
-        let v1 = self.root.join("memory").join(&payload);
-        let (usage, limit, inactive, oom_kills, v2) =
-            if let Some(usage) = self.number(&v1.join("memory.usage_in_bytes")) {
-                (
-                    usage,
-                    self.number(&v1.join("memory.limit_in_bytes")),
-                    self.stat_field(&v1.join("memory.stat"), "total_inactive_file"),
-                    self.stat_field(&v1.join("memory.oom_control"), "oom_kill"),
-                    // Hybrid: the v2 tree beside the v1 controllers. Pure v1: none.
-                    // (Not checked first: on pure v1 its files fail to open, one stat less.)
-                    Some(self.root.join("unified").join(&payload)).filter(|_| extra),
-                )
-            } else {
-                let (v2, usage) = [
-                    self.root.join(&payload),
-                    self.root.join("unified").join(&payload),
-                ]
-                .into_iter()
-                .find_map(|p| {
-                    let usage = self.number(&p.join("memory.current"))?;
-                    Some((p, usage))
-                })?;
-                (
-                    usage,
-                    self.number(&v2.join("memory.max")), // "max" parses as None: no limit
-                    self.stat_field(&v2.join("memory.stat"), "inactive_file"),
-                    // Counts the kills in the whole subtree (an init's services included).
-                    self.stat_field(&v2.join("memory.events"), "oom_kill"),
-                    Some(v2),
-                )
-            };
+        // One path per instance, its file name changed for each file (no path made per file).
+        let mut file = self.root.join("memory");
+        file.push(&payload);
+        file.push("memory.usage_in_bytes");
+        let (usage, limit, inactive, oom_kills, v2) = if let Some(usage) = self.number(&file) {
+            // v1's memory.stat has the limit in force too (the lowest of the instance's and
+            // its parents'): one file fewer per reading. `memory.limit_in_bytes` where not.
+            file.set_file_name("memory.stat");
+            let [inactive, limit] = self
+                .text(&file, |t| {
+                    Some(fields(
+                        t,
+                        ["total_inactive_file", "hierarchical_memory_limit"],
+                    ))
+                })
+                .unwrap_or_default();
+            let limit = limit.or_else(|| {
+                file.set_file_name("memory.limit_in_bytes");
+                self.number(&file)
+            });
+            file.set_file_name("memory.oom_control");
+            (
+                usage,
+                limit,
+                inactive,
+                self.stat_field(&file, "oom_kill"),
+                // Hybrid: the v2 tree beside the v1 controllers. Pure v1: none.
+                // (Not checked first: on pure v1 its files fail to open, one stat less.)
+                Some(self.root.join("unified").join(&payload)).filter(|_| extra),
+            )
+        } else {
+            let (mut file, usage) = [
+                self.root.join(&payload),
+                self.root.join("unified").join(&payload),
+            ]
+            .into_iter()
+            .find_map(|mut p| {
+                p.push("memory.current");
+                let usage = self.number(&p)?;
+                Some((p, usage))
+            })?;
+            file.set_file_name("memory.max"); // "max" parses as None: no limit
+            let limit = self.number(&file);
+            file.set_file_name("memory.stat");
+            let inactive = self.stat_field(&file, "inactive_file");
+            // Counts the kills in the whole subtree (an init's services included).
+            file.set_file_name("memory.events");
+            let oom_kills = self.stat_field(&file, "oom_kill");
+            file.pop();
+            (usage, limit, inactive, oom_kills, Some(file))
+        };
         let host = self.host_total;
         let limit = match limit {
             Some(l) if host == 0 || l < host => l,
@@ -228,19 +250,20 @@ impl MemorySource for CgroupSource {
 
     fn usage(&self, project: &str, name: &str) -> Option<u64> {
         let payload = Self::payload(project, name);
-        [
-            self.root
-                .join("memory")
-                .join(&payload)
-                .join("memory.usage_in_bytes"),
-            self.root.join(&payload).join("memory.current"),
-            self.root
-                .join("unified")
-                .join(&payload)
-                .join("memory.current"),
-        ]
-        .iter()
-        .find_map(|p| self.number(p))
+        let mut v1 = self.root.join("memory");
+        v1.push(&payload);
+        v1.push("memory.usage_in_bytes");
+        self.number(&v1).or_else(|| {
+            [
+                self.root.join(&payload),
+                self.root.join("unified").join(&payload),
+            ]
+            .into_iter()
+            .find_map(|mut p| {
+                p.push("memory.current");
+                self.number(&p)
+            })
+        })
     }
 
     fn peek(&self, project: &str, name: &str) -> Option<Memory> {
@@ -250,10 +273,30 @@ impl MemorySource for CgroupSource {
 
 /// The value of `name` in a `KEY VALUE` per line text (`memory.stat`, `cpu.stat`).
 fn field(text: &str, name: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == name).then(|| v.trim().parse().ok()).flatten()
-    })
+    let [v] = fields(text, [name]);
+    v
+}
+
+/// The values of `names` in a `KEY VALUE` per line text, in one pass over it that ends when
+/// every one is found (the first line of each name counts).
+fn fields<const N: usize>(text: &str, names: [&str; N]) -> [Option<u64>; N] {
+    let mut found = [None; N];
+    let mut left = N;
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(' ') else {
+            continue;
+        };
+        if let Some(i) = names.iter().position(|n| *n == k) {
+            if found[i].is_none() {
+                found[i] = Some(v.trim().parse().ok());
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+    }
+    found.map(Option::flatten)
 }
 
 /// A small cgroup file (a PSI file, `cpu.stat`) in one `read`, with neither the `fstat` nor the

@@ -73,6 +73,67 @@ fn reads_cgroup_v2_with_projects_and_no_limit() {
     assert_eq!(s.read_one("default", "db-a"), None);
 }
 
+#[test]
+fn on_v1_the_limit_in_force_comes_from_memory_stat_and_limit_in_bytes_only_where_it_lacks_one() {
+    let t = tempfile::tempdir().unwrap();
+    // As the kernel writes it: the instance's own lines, then the limit in force (the lowest
+    // of its own and its parents': 80000 here), then the whole subtree's totals.
+    write(
+        &t.path().join("memory/lxc.payload.web-a"),
+        &[
+            ("memory.usage_in_bytes", "50000\n"),
+            ("memory.limit_in_bytes", "100000\n"),
+            (
+                "memory.stat",
+                "cache 4096\ninactive_file 7\nhierarchical_memory_limit 80000\n\
+                 hierarchical_memsw_limit 80000\ntotal_cache 4096\ntotal_inactive_file 10000\n",
+            ),
+            (
+                "memory.oom_control",
+                "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+            ),
+        ],
+    );
+    let s = CgroupSource::new(t.path(), 1 << 30).keeping_files_open();
+    let read = s.read_one("default", "web-a").unwrap();
+    assert_eq!((read.usage, read.limit), (40000, 80000));
+    assert_eq!(
+        s.open.as_ref().unwrap().len(),
+        3,
+        "memory.limit_in_bytes is not read"
+    );
+    // No limit at all (the kernel's largest page count): the host's memory.
+    let unlimited = "hierarchical_memory_limit 9223372036854771712\ntotal_inactive_file 0\n";
+    write(
+        &t.path().join("memory/lxc.payload.web-b"),
+        &[
+            ("memory.usage_in_bytes", "50000\n"),
+            ("memory.limit_in_bytes", "9223372036854771712\n"),
+            ("memory.stat", unlimited),
+        ],
+    );
+    assert_eq!(s.read_one("default", "web-b").unwrap().limit, 1 << 30);
+    // A memory.stat without the line: memory.limit_in_bytes.
+    let s = CgroupSource::new(t.path(), 1 << 30);
+    write(&t.path().join("memory/lxc.payload.web-c"), &V1_MEMORY);
+    assert_eq!(s.read_one("default", "web-c").unwrap().limit, 100000);
+}
+
+#[test]
+fn fields_are_read_in_one_pass_the_first_line_of_each_name_counting() {
+    let text = "cache 1\ninactive_file 2\ntotal_inactive_file 3\ninactive_file 9\nbad x\n";
+    assert_eq!(
+        fields(
+            text,
+            ["total_inactive_file", "inactive_file", "missing", "bad"]
+        ),
+        [Some(3), Some(2), None, None]
+    );
+    assert_eq!(field(text, "cache"), Some(1));
+    assert_eq!(field("", "cache"), None);
+    assert_eq!(field("cache", "cache"), None, "a line with no value");
+}
+
 /// The memory files of a v1 instance: 40000 of 100000 bytes used.
 const V1_MEMORY: [(&str, &str); 3] = [
     ("memory.usage_in_bytes", "50000\n"),

@@ -21,6 +21,7 @@
 //! open holds the kernel's buffer of its seq file (a page, 4 KiB), freed when it is closed.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -69,7 +70,9 @@ impl Default for OpenFiles {
 
 #[derive(Default)]
 struct Kept {
-    files: HashMap<PathBuf, Open>,
+    /// By path, as bytes: hashed and compared as such (a `Path` is hashed and compared by its
+    /// components, which cost more than the `pread` of a small file).
+    files: HashMap<OsString, Open>,
     /// Sweeps done so far.
     sweeps: u64,
     /// When the last was done.
@@ -130,14 +133,14 @@ impl OpenFiles {
         let mut guard = self.kept();
         let kept = &mut *guard;
         let sweep = kept.sweeps;
-        if let Some(open) = kept.files.get_mut(path) {
+        if let Some(open) = kept.files.get_mut(path.as_os_str()) {
             if let Some(n) = read_from_start(&open.file, &mut kept.buf) {
                 open.used = now;
                 open.sweep = sweep;
                 return parse(std::str::from_utf8(&kept.buf[..n]).ok()?);
             }
             // Its cgroup is gone (or the file changed): open it anew.
-            kept.files.remove(path);
+            kept.files.remove(path.as_os_str());
         }
         let file = File::open(path).ok()?;
         let n = read_from_start(&file, &mut kept.buf)?;
@@ -149,7 +152,7 @@ impl OpenFiles {
                 used: now,
                 sweep,
             };
-            kept.files.insert(path.to_path_buf(), open);
+            kept.files.insert(path.as_os_str().to_owned(), open);
         }
         parse(std::str::from_utf8(&kept.buf[..n]).ok()?)
     }
@@ -181,7 +184,7 @@ impl OpenFiles {
             if now.saturating_duration_since(open.used) >= IDLE {
                 return false;
             }
-            let dir = path.parent().unwrap_or(Path::new("/"));
+            let dir = Path::new(path).parent().unwrap_or(Path::new("/"));
             *there
                 .entry(dir.to_path_buf())
                 .or_insert_with(|| std::fs::symlink_metadata(dir).is_ok())
