@@ -7,9 +7,9 @@
 //!     from cgroup files kept open (one `pread` each): no request at all;
 //!   - `informer, files reopened`: the same with each file opened, read and closed at every
 //!     tick (the way before they were kept open);
-//!   - `pread only (the floor)`: no daemon at all, only the four memory files of each
-//!     instance read with `pread` on descriptors opened before, into one buffer, parsed not:
-//!     what reading them costs at least on this machine;
+//!   - `pread only (the floor)`: no daemon at all, only the memory files a reading reads (three
+//!     on cgroup v1, four on v2) of each instance read with `pread` on descriptors opened
+//!     before, into one buffer, parsed not: what reading them costs at least on this machine;
 //!   - `informer+signals`: the same for a group that also scales on CPU and pressure (its
 //!     cgroup's `cpu.stat`, `cpu.pressure` and `memory.pressure` read too);
 //!   - `informer+api`: the cache, memory over the API (`memory_source = "api"`).
@@ -43,8 +43,8 @@ async fn raw_get(http: &reqwest::Client, path: &str) {
     let _ = r.bytes().await.expect("body");
 }
 
-/// The four memory files of each running instance, opened once (cgroup v1 or v2, wherever
-/// they are): the floor of what reading memory costs.
+/// The memory files a reading reads of each running instance, opened once (cgroup v1 or v2,
+/// wherever they are): the floor of what reading memory costs.
 struct MemoryFiles {
     files: Vec<std::fs::File>,
     buf: std::cell::RefCell<Vec<u8>>,
@@ -61,15 +61,11 @@ impl MemoryFiles {
                 .into_iter()
                 .find(|d| d.join("memory.current").exists());
             let names: Vec<std::path::PathBuf> = if v1.join("memory.usage_in_bytes").exists() {
-                [
-                    "memory.usage_in_bytes",
-                    "memory.limit_in_bytes",
-                    "memory.stat",
-                    "memory.oom_control",
-                ]
-                .iter()
-                .map(|f| v1.join(f))
-                .collect()
+                // The limit in force is memory.stat's hierarchical_memory_limit.
+                ["memory.usage_in_bytes", "memory.stat", "memory.oom_control"]
+                    .iter()
+                    .map(|f| v1.join(f))
+                    .collect()
             } else if let Some(d) = v2 {
                 [
                     "memory.current",
