@@ -123,6 +123,29 @@ impl CgroupSource {
         }
     }
 
+    /// The path of an instance's v1 `memory.usage_in_bytes`.
+    fn v1_usage_file(&self, payload: &str) -> PathBuf {
+        let mut file = self.root.join("memory");
+        file.push(payload);
+        file.push("memory.usage_in_bytes");
+        file
+    }
+
+    /// An instance's v2 `memory.current` (its path and value), in the v2 tree or the
+    /// hybrid's `unified/`, whichever has it.
+    fn v2_usage(&self, payload: &str) -> Option<(PathBuf, u64)> {
+        [
+            self.root.join(payload),
+            self.root.join("unified").join(payload),
+        ]
+        .into_iter()
+        .find_map(|mut file| {
+            file.push("memory.current");
+            let usage = self.number(&file)?;
+            Some((file, usage))
+        })
+    }
+
     /// One instance's reading, or `None` when its memory files are not there or unreadable.
     /// Its CPU time and pressure are `None` when their files are missing or garbled: they
     /// never make the memory reading missing.
@@ -138,9 +161,7 @@ impl CgroupSource {
         let payload = Self::payload(project, name);
         let extra = wanted.cpu || wanted.pressure;
         // One path per instance, its file name changed for each file (no path made per file).
-        let mut file = self.root.join("memory");
-        file.push(&payload);
-        file.push("memory.usage_in_bytes");
+        let mut file = self.v1_usage_file(&payload);
         let (usage, limit, inactive, oom_kills, v2) = if let Some(usage) = self.number(&file) {
             // v1's memory.stat has the limit in force too (the lowest of the instance's and
             // its parents'): one file fewer per reading. `memory.limit_in_bytes` where not.
@@ -168,16 +189,7 @@ impl CgroupSource {
                 Some(self.root.join("unified").join(&payload)).filter(|_| extra),
             )
         } else {
-            let (mut file, usage) = [
-                self.root.join(&payload),
-                self.root.join("unified").join(&payload),
-            ]
-            .into_iter()
-            .find_map(|mut p| {
-                p.push("memory.current");
-                let usage = self.number(&p)?;
-                Some((p, usage))
-            })?;
+            let (mut file, usage) = self.v2_usage(&payload)?;
             file.set_file_name("memory.max"); // "max" parses as None: no limit
             let limit = self.number(&file);
             file.set_file_name("memory.stat");
@@ -250,20 +262,8 @@ impl MemorySource for CgroupSource {
 
     fn usage(&self, project: &str, name: &str) -> Option<u64> {
         let payload = Self::payload(project, name);
-        let mut v1 = self.root.join("memory");
-        v1.push(&payload);
-        v1.push("memory.usage_in_bytes");
-        self.number(&v1).or_else(|| {
-            [
-                self.root.join(&payload),
-                self.root.join("unified").join(&payload),
-            ]
-            .into_iter()
-            .find_map(|mut p| {
-                p.push("memory.current");
-                self.number(&p)
-            })
-        })
+        self.number(&self.v1_usage_file(&payload))
+            .or_else(|| Some(self.v2_usage(&payload)?.1))
     }
 
     fn peek(&self, project: &str, name: &str) -> Option<Memory> {
