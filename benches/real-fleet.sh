@@ -5,7 +5,8 @@
 # (each group's min is N/G, busybox, no network device), beside two groups of one instance:
 # `realfleetx` (the fill) and `realfleetb` (the burst). Then, side by side in one run:
 #
-#  1. steady: once every group holds its min and has been steady for SETTLE seconds, for S
+#  1. steady: once every group holds the count it wants (its min; after the fills,
+#     `realfleetx` wants more) and has been steady for SETTLE seconds, for S
 #     seconds, the daemon's CPU, incusd's CPU (its helpers included), the passes the daemon
 #     made and its resident memory; with BEFORE=PATH (another build), the same for that build
 #     restarted on the same instances, and for this build restarted too (a restart lists every
@@ -101,7 +102,8 @@ status() { "$BIN" status --json --control-socket "$sock" 2>/dev/null; }
 steady() {
     status | python3 -c 'import json, sys
 d = json.load(sys.stdin)
-ok = all(g["current"] == g["min"] and g["standby"] is None for g in d["groups"])
+ok = all(g["reason"] != "pending" and g["current"] == g["desired"] and g["standby"] is None
+         for g in d["groups"])
 sys.exit(0 if ok and d["groups"] else 1)' 2>/dev/null
 }
 # The time of the first line of the daemon's log after $1 (seconds) that has every other
