@@ -35,6 +35,24 @@ fn query_values_are_encoded() {
     );
 }
 
+#[test]
+fn an_answer_s_metadata_is_read_from_its_text_where_it_lies() {
+    let body = br#"{"type":"sync","metadata":[{"name":"a\"b","n":1}],"operation":""}"#;
+    let env = Envelope::read(body.to_vec()).unwrap();
+    assert_eq!(env.kind, "sync");
+    let got: serde_json::Value = env.metadata().unwrap();
+    assert_eq!(got, serde_json::json!([{"name": "a\"b", "n": 1}]));
+    for none in [
+        &br#"{"type":"sync","metadata":null}"#[..],
+        br#"{"type":"error","error":"not found"}"#,
+    ] {
+        let env = Envelope::read(none.to_vec()).unwrap();
+        assert_eq!(env.metadata, None);
+        assert_eq!(env.metadata::<Option<u8>>().unwrap(), None);
+    }
+    assert!(Envelope::read(b"{\"type\":".to_vec()).is_err());
+}
+
 /// What the test server answers to a request: HTTP status and JSON body.
 fn answer(req: &Request<hyper::body::Incoming>) -> (u16, serde_json::Value) {
     let path = req.uri().path();
