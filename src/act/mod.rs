@@ -140,6 +140,12 @@ pub struct Ctx<'a> {
     /// The readiness board: a removal marks its instance as leaving there before it drains
     /// and stops it, so that its checks stop (`None`: nothing is checked).
     pub ready: Option<&'a crate::ready::Board>,
+    /// Held for reading by each action that creates, starts or promotes an instance, while it
+    /// runs: the daemon's lease writes take it for writing ([`crate::lease::Leases::quiet`]),
+    /// so that no lease (a profile) is written beside a start, which can stall it on Incus 6.0.
+    /// A round waiting to write holds back the next such action until the ones in flight are
+    /// done (`None`: nothing to wait for).
+    pub quiet: Option<&'a tokio::sync::RwLock<()>>,
 }
 
 impl Ctx<'_> {
@@ -204,24 +210,46 @@ async fn run(ctx: &Ctx<'_>, action: &Action) -> Outcome {
         Action::Promote { name, .. } => ("promote", name.clone()),
         Action::Remove { name, .. } => ("delete", name.clone()),
     };
-    // Events about the instance are not read while the daemon works on it (it reads the
-    // result itself; a read during a start can stall it on Incus 6.0).
-    ctx.store.begin(&spec.project, &instance);
-    let t0 = tokio::time::Instant::now();
-    let result = match action {
-        Action::Create { target, .. } => {
-            steps::create_as(ctx, &instance, false, target.as_deref()).await
-        }
-        Action::CreateWarm { target } => {
-            steps::create_as(ctx, &instance, true, target.as_deref()).await
-        }
-        Action::Start { .. } => steps::start(ctx, &instance).await.map(|()| Done::Finished),
-        Action::Promote { .. } => steps::promote(ctx, &instance)
-            .await
-            .map(|()| Done::Finished),
-        Action::Remove { .. } => steps::remove(ctx, &instance).await.map(|()| Done::Finished),
+    // Not beside a lease write (see `Ctx::quiet`): a removal starts nothing, and its drain can
+    // last minutes.
+    let quiet = match ctx.quiet {
+        Some(lock) if !matches!(action, Action::Remove { .. }) => Some(lock.read().await),
+        _ => None,
     };
-    ctx.store.end(ctx.incus, &spec.project, &instance).await;
+    // The lease was asked when the action was taken up (`apply`), but a lease round may have
+    // run since: a creation is one request, asked again here (the other steps ask themselves).
+    let creates = matches!(action, Action::Create { .. } | Action::CreateWarm { .. });
+    let lost = match quiet {
+        Some(_) if creates => ctx.fenced(|| format!("creating {instance}")).err(),
+        _ => None,
+    };
+    let t0 = tokio::time::Instant::now();
+    let result = match lost {
+        Some(lost) => Err(lost),
+        None => {
+            // Events about the instance are not read while the daemon works on it (it reads
+            // the result itself; a read during a start can stall it on Incus 6.0).
+            ctx.store.begin(&spec.project, &instance);
+            let result = match action {
+                Action::Create { target, .. } => {
+                    steps::create_as(ctx, &instance, false, target.as_deref()).await
+                }
+                Action::CreateWarm { target } => {
+                    steps::create_as(ctx, &instance, true, target.as_deref()).await
+                }
+                Action::Start { .. } => steps::start(ctx, &instance).await.map(|()| Done::Finished),
+                Action::Promote { .. } => steps::promote(ctx, &instance)
+                    .await
+                    .map(|()| Done::Finished),
+                Action::Remove { .. } => {
+                    steps::remove(ctx, &instance).await.map(|()| Done::Finished)
+                }
+            };
+            ctx.store.end(ctx.incus, &spec.project, &instance).await;
+            result
+        }
+    };
+    drop(quiet);
     let cause = action.cause();
     match &result {
         Ok(Done::Finished) => tracing::info!(

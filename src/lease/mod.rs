@@ -150,12 +150,14 @@ pub struct Leases {
     /// Renewals and releases one at a time, and none after the release: a renewal in flight
     /// must not write a lease back after the shutdown gave it up.
     writes: tokio::sync::Mutex<bool>,
-    /// Held (shared) by this daemon's actions while they run ([`Leases::acting`]); a round
-    /// that writes waits for them, at most a sixth of the lease. On Incus 6.0 a profile written
+    /// Held (shared) by each of this daemon's actions that creates, starts or promotes an
+    /// instance while it runs ([`Leases::quiet`]); a round that writes waits for them, at most
+    /// a sixth of the lease, and the actions not begun yet wait for the round (the lock is
+    /// fair: a waiting writer goes before later readers). On Incus 6.0 a profile written
     /// in the same instant as a container is created can hold the start in `forkstart` until
     /// it fails 90 s later, and every write of a lease is a profile's (seen on the test
     /// machine in 3 tries of 4 when the renewal fell on the creations; never with this).
-    acting: tokio::sync::RwLock<()>,
+    quiet: tokio::sync::RwLock<()>,
     /// The refusal last logged per project, so that it is logged once, not every renewal.
     refused: Mutex<HashMap<String, String>>,
     /// Per (project, group), the holder last said to write with a clock running ahead: a live
@@ -187,7 +189,7 @@ impl Leases {
             seen: Mutex::new(HashMap::new()),
             groups: Mutex::new(BTreeMap::new()),
             writes: tokio::sync::Mutex::new(false),
-            acting: tokio::sync::RwLock::new(()),
+            quiet: tokio::sync::RwLock::new(()),
             refused: Mutex::new(HashMap::new()),
             skew_said: Mutex::new(HashMap::new()),
         }
@@ -288,10 +290,12 @@ impl Leases {
         }
     }
 
-    /// Held while this daemon's actions run: no lease is written meanwhile, unless they take
-    /// longer than a sixth of the lease (a renewal is never late for them).
-    pub async fn acting(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
-        self.acting.read().await
+    /// What this daemon's actions that bring instances up hold for reading while they run
+    /// (`act::Ctx::quiet`): no lease is written meanwhile, unless they take longer than a sixth
+    /// of the lease (a renewal is never late for them); a round waiting to write holds back
+    /// the next one, so that a long burst of creations lets it through between two of them.
+    pub fn quiet(&self) -> &tokio::sync::RwLock<()> {
+        &self.quiet
     }
 
     /// This daemon's holder id.

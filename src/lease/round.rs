@@ -22,9 +22,9 @@ impl Leases {
         project: &str,
         groups: &[String],
     ) -> Result<(), LeaseError> {
-        // Not beside this daemon's own creations and starts (see `acting`); past the bound,
+        // Not beside this daemon's own creations and starts (see `Leases::quiet`); past the bound,
         // the round goes on: the lease matters more.
-        let _quiet = tokio::time::timeout(self.lease / 6, self.acting.write())
+        let _quiet = tokio::time::timeout(self.lease / 6, self.quiet.write())
             .await
             .ok();
         let released = self.writes.lock().await;

@@ -279,8 +279,6 @@ pub(super) async fn reconcile(
     }
     let (project, group) = (spec.project.as_str(), spec.name.as_str());
     let fence = || ctx.leases.holds(project, group);
-    // No lease is written while they run (Incus 6.0 can stall a start written beside).
-    let acting = ctx.leases.acting().await;
     let applied = act::apply(
         &act::Ctx {
             incus: ctx.incus.as_ref(),
@@ -290,12 +288,14 @@ pub(super) async fn reconcile(
             fence: &fence,
             endpoints: Some(&ctx.endpoints),
             ready: Some(&ctx.ready),
+            // No lease is written beside a start (Incus 6.0 can stall it), nor in the middle
+            // of a burst for longer than one action.
+            quiet: Some(ctx.leases.quiet()),
         },
         &plan.actions,
         given.parallel,
     )
     .await;
-    drop(acting);
     let done = Instant::now();
     let mut requeue_in = sooner(plan.requeue_in, window_change);
     if applied.fenced > 0 {

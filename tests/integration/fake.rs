@@ -62,6 +62,8 @@ struct State {
     overlaps: u64,
     /// Lease store writes that came while a creation was in flight ([`FakeIncus::lease_writes_beside_creations`]).
     lease_writes_beside: u64,
+    /// When each lease store write came ([`FakeIncus::lease_write_times`]).
+    lease_writes_at: Vec<tokio::time::Instant>,
     /// Drain commands run, by instance; their exit status; how long they take.
     drains: Vec<(String, Vec<String>)>,
     drain_exit: i64,
@@ -807,7 +809,10 @@ impl Incus for FakeIncus {
 
     async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
         self.call("put_leases")?;
-        self.with(|s| s.lease_writes_beside += u64::from(s.creating > 0));
+        self.with(|s| {
+            s.lease_writes_beside += u64::from(s.creating > 0);
+            s.lease_writes_at.push(tokio::time::Instant::now());
+        });
         if self.with(|s| s.leases_refused) {
             return Err(api(403, "Certificate is restricted"));
         }
@@ -977,6 +982,11 @@ impl FakeIncus {
     /// a start beside a profile write).
     pub fn lease_writes_beside_creations(&self) -> u64 {
         self.with(|s| s.lease_writes_beside)
+    }
+
+    /// When each write of a lease store came, in order.
+    pub fn lease_write_times(&self) -> Vec<tokio::time::Instant> {
+        self.with(|s| s.lease_writes_at.clone())
     }
 
     pub fn overlaps(&self) -> u64 {

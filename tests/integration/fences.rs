@@ -62,6 +62,7 @@ async fn apply(
             fence: &fence,
             endpoints: None,
             ready: None,
+            quiet: None,
         },
         actions,
         4,
