@@ -6,8 +6,9 @@
 //! Per size it prints: the start-up (from the process's start until every group has had its
 //! first pass), the daemon's CPU per second and per instance per tick in the steady state
 //! (`interval = "1s"`), its resident memory, the passes per group per second (1 when every
-//! group passes every interval), the latest any group's next pass was when looked at, and the
-//! requests per second the fake incusd was sent, by kind.
+//! group passes every interval), how late after it was due the latest pass of the window
+//! started (the bound of its bucket in `incus_hpa_pass_delay_seconds`) and how many started
+//! more than 1 s late, and the requests per second the fake incusd was sent, by kind.
 //!
 //! The daemon is the release binary, run as `incus-hpa run` with `INCUS_SOCKET` (the fake's
 //! socket) and `INCUS_HPA_CGROUP_ROOT` (the fake tree: read instead of /sys/fs/cgroup).
@@ -309,14 +310,59 @@ fn all_passed(dir: &Path, acting: bool) -> Option<Vec<Value>> {
         .then_some(groups)
 }
 
-/// How late the latest group's next pass is now, seconds (negative: none is late).
-fn latest(groups: &[Value]) -> f64 {
-    let now = jiff::Timestamp::now();
-    groups
+/// `incus_hpa_pass_delay_seconds` summed over the groups: each bucket's bound and the passes
+/// that started at most that long after they were due (the last bound is infinite: all of
+/// them). Empty for a build without it.
+fn delays(dir: &Path) -> Vec<(f64, f64)> {
+    let mut sums: Vec<(f64, f64)> = Vec::new();
+    for line in control(dir, "/metrics").unwrap_or_default().lines() {
+        let Some(rest) = line.strip_prefix("incus_hpa_pass_delay_seconds_bucket{le=\"") else {
+            continue;
+        };
+        let Some((le, _)) = rest.split_once('"') else {
+            continue;
+        };
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().unwrap_or(f64::NAN)
+        };
+        let n: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0);
+        match sums.iter_mut().find(|(b, _)| *b == le) {
+            Some((_, sum)) => *sum += n,
+            None => sums.push((le, n)),
+        }
+    }
+    sums.sort_by(|a, b| a.0.total_cmp(&b.0));
+    sums
+}
+
+/// Between two readings of [`delays`]: the bound the latest pass started within, and how
+/// many passes started more than 1 s after they were due; `n/a` for a build without them.
+fn lateness(before: &[(f64, f64)], after: &[(f64, f64)]) -> (String, String) {
+    let window: Vec<(f64, f64)> = after
         .iter()
-        .filter_map(|g| g["next_pass"].as_str()?.parse::<jiff::Timestamp>().ok())
-        .map(|t| (now - t).total(jiff::Unit::Second).unwrap_or(0.0))
-        .fold(f64::NEG_INFINITY, f64::max)
+        .map(|&(le, n)| {
+            let was = before.iter().find(|(b, _)| *b == le).map_or(0.0, |p| p.1);
+            (le, n - was)
+        })
+        .collect();
+    let Some(&(_, all)) = window.last() else {
+        return ("n/a".into(), "n/a".into());
+    };
+    let within = window
+        .iter()
+        .find(|(_, n)| *n >= all)
+        .map_or("n/a".into(), |(le, _)| format!("≤ {le}"));
+    let over = window
+        .iter()
+        .find(|(le, _)| *le == 1.0)
+        .map_or("n/a".into(), |(_, n)| format!("{} of {all}", all - n));
+    (within, over)
 }
 
 struct Daemon(Child);
@@ -396,10 +442,10 @@ async fn main() {
         .unwrap_or(20);
     println!(
         "| instances | groups | daemon | start-up s | daemon CPU ms/s | CPU ms per instance per tick | \
-         VmRSS MiB (peak) | passes per group per s | latest next pass, s late | requests/s: \
-         list, lease GET, lease PUT, other |"
+         VmRSS MiB (peak) | passes per group per s | latest pass start after due, s | passes \
+         started > 1 s late | requests/s: list, lease GET, lease PUT, other |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut daemons = vec![("this build", PathBuf::from(env!("CARGO_BIN_EXE_incus-hpa")))];
     if let Some(before) = std::env::var_os("FLEET_BEFORE") {
         daemons.insert(0, ("FLEET_BEFORE", PathBuf::from(before)));
@@ -452,7 +498,7 @@ fn run(n: usize, groups: usize, label: &str, bin: &Path, window: u64) {
     let pid = daemon.0.id();
     let limit = Duration::from_secs(120);
     let not = |what: &str| {
-        println!("| {n} | {groups} | {label} | no {what} within 120 s | | | | | | |");
+        println!("| {n} | {groups} | {label} | no {what} within 120 s | | | | | | | |");
     };
     if until(&dir, "every group's first pass", limit, || {
         all_passed(&dir, false)
@@ -472,6 +518,7 @@ fn run(n: usize, groups: usize, label: &str, bin: &Path, window: u64) {
     }
     std::thread::sleep(Duration::from_secs(3));
     let (cpu0, _, _) = usage(pid);
+    let delays0 = delays(&dir);
     let (req0, passes0, t0) = (fake.counts.snapshot(), passes(&dir), Instant::now());
     std::thread::sleep(Duration::from_secs(window));
     let (cpu1, rss, hwm) = usage(pid);
@@ -480,7 +527,7 @@ fn run(n: usize, groups: usize, label: &str, bin: &Path, window: u64) {
         passes(&dir),
         t0.elapsed().as_secs_f64(),
     );
-    let late = all_passed(&dir, false).map_or(f64::NAN, |g| latest(&g));
+    let (within, over) = lateness(&delays0, &delays(&dir));
     let cpu_ms = (cpu1 - cpu0).as_secs_f64() * 1000.0 / secs;
     let rate: Vec<String> = req0
         .iter()
@@ -488,7 +535,7 @@ fn run(n: usize, groups: usize, label: &str, bin: &Path, window: u64) {
         .map(|(a, b)| format!("{:.2}", (b - a) as f64 / secs))
         .collect();
     println!(
-        "| {n} | {groups} | {label} | {:.1} | {cpu_ms:.1} | {:.4} | {:.1} ({:.1}) | {:.2} | {late:.2} | {} |",
+        "| {n} | {groups} | {label} | {:.1} | {cpu_ms:.1} | {:.4} | {:.1} ({:.1}) | {:.2} | {within} | {over} | {} |",
         startup.as_secs_f64(),
         cpu_ms / n as f64,
         rss as f64 / 1024.0,

@@ -105,6 +105,13 @@ fn histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 14))
 }
 
+/// How late passes start: round bounds around the 1 s a pass may be late by at most.
+fn lateness() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
@@ -128,6 +135,7 @@ pub struct Telemetry {
     /// (Re)connections of the event stream after the first.
     pub reconnects: Counter,
     passes: Family<GroupLabels, Histogram, fn() -> Histogram>,
+    late: Family<GroupLabels, Histogram, fn() -> Histogram>,
     action_seconds: Family<KindLabels, Histogram, fn() -> Histogram>,
     refused: Family<ListenerLabels, Counter>,
     board: Mutex<Status>,
@@ -230,6 +238,13 @@ impl Default for Telemetry {
             "How long a pass of a group took (observe, decide, act)",
             passes.clone(),
         );
+        let late =
+            Family::<GroupLabels, Histogram, fn() -> Histogram>::new_with_constructor(lateness);
+        registry.register(
+            "pass_delay_seconds",
+            "How long after it was due a pass of a group started",
+            late.clone(),
+        );
         let action_seconds =
             Family::<KindLabels, Histogram, fn() -> Histogram>::new_with_constructor(histogram);
         registry.register(
@@ -265,6 +280,7 @@ impl Default for Telemetry {
             requests,
             reconnects,
             passes,
+            late,
             action_seconds,
             refused,
             board: Mutex::new(Status::default()),
@@ -276,17 +292,25 @@ impl Default for Telemetry {
 }
 
 impl Telemetry {
-    /// Records how long one pass of a group took.
-    pub fn pass(&self, group: &str, project: &str, took: std::time::Duration) {
+    /// Records how long one pass of a group took, and how long after it was due it started.
+    pub fn pass(
+        &self,
+        group: &str,
+        project: &str,
+        took: std::time::Duration,
+        late: std::time::Duration,
+    ) {
         if !self.label(project, group, None) {
             return;
         }
+        let labels = GroupLabels {
+            group: group.into(),
+            project: project.into(),
+        };
         self.passes
-            .get_or_create(&GroupLabels {
-                group: group.into(),
-                project: project.into(),
-            })
+            .get_or_create(&labels)
             .observe(took.as_secs_f64());
+        self.late.get_or_create(&labels).observe(late.as_secs_f64());
     }
 
     /// Counts one action's outcome (`ok`, `failed` or `pending`), and how long it took.
@@ -423,6 +447,7 @@ impl Telemetry {
                 project: project.clone(),
             };
             self.passes.remove(&labels);
+            self.late.remove(&labels);
             self.errors.remove(&labels);
             self.headroom_blocked.remove(&labels);
             for (kind, outcome) in std::mem::take(actions) {

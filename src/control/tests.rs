@@ -46,7 +46,7 @@ fn the_series_and_board_entry_of_a_removed_group_go_with_it() {
     // web stays; api is removed; db moves from project staging to default.
     let before = [("web", "default"), ("api", "default"), ("db", "staging")];
     for (g, p) in before {
-        t.pass(g, p, Duration::from_millis(20));
+        t.pass(g, p, Duration::from_millis(20), Duration::ZERO);
         t.action(g, p, "create", "ok", Duration::from_secs(1));
         t.action(g, p, "delete", "failed", Duration::from_secs(1));
         t.error(g, p);
@@ -74,7 +74,7 @@ fn the_series_and_board_entry_of_a_removed_group_go_with_it() {
     // A pass of a removed group that ends afterwards counts nothing; the series of a group
     // kept go on from where they were.
     t.error("api", "default");
-    t.pass("db", "staging", Duration::from_millis(20));
+    t.pass("db", "staging", Duration::from_millis(20), Duration::ZERO);
     assert!(!t.metrics().contains("group=\"api\""));
     assert!(!t.metrics().contains("project=\"staging\""));
     t.error("web", "default");

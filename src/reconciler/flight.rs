@@ -25,13 +25,14 @@ use crate::model::{GroupName, Reason, Summary};
 const SHARED_READINGS: Duration = Duration::from_secs(1);
 
 /// A pass that returned: which declaration of its group it was of, what it worked on, its
-/// outcome, and when it started and ended.
+/// outcome, when it started and ended, and how long after it was due it began.
 pub(super) struct Returned {
     id: u64,
     work: Work,
     result: Result<Passed, Failed>,
     started: Instant,
     done: Instant,
+    late: Duration,
 }
 
 /// A pass that returned, or an external program that ended: what [`Reconciler::ended`] gives
@@ -99,7 +100,7 @@ impl Reconciler {
             .entry(project)
             .or_default()
             .insert(name.clone(), g.id);
-        let id = g.id;
+        let (id, due) = (g.id, g.next);
         let (ctx, memory) = (self.ctx.clone(), self.memory.clone());
         let given = pass::Given {
             resync: self.resync,
@@ -108,6 +109,7 @@ impl Reconciler {
             lease_read,
         };
         self.passes.push(Box::pin(async move {
+            let late = Instant::now().saturating_duration_since(due);
             let result = pass::reconcile(&ctx, memory.as_ref(), &mut work, now, &given).await;
             Returned {
                 id,
@@ -115,6 +117,7 @@ impl Reconciler {
                 result,
                 started: now,
                 done: Instant::now(),
+                late,
             }
         }));
     }
@@ -196,6 +199,7 @@ impl Reconciler {
             result,
             started,
             done,
+            late,
         } = r;
         let (project, name) = (&work.spec.project, &work.spec.name);
         if let Some(p) = self.flying.get_mut(project) {
@@ -208,6 +212,7 @@ impl Reconciler {
             name.as_str(),
             project,
             done.saturating_duration_since(started),
+            late,
         );
         let removed = match &result {
             Ok((_, _, removed)) | Err((_, _, removed)) => removed,

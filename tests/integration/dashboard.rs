@@ -13,7 +13,7 @@ use incus_hpa::control::Telemetry;
 fn exported() -> BTreeMap<String, BTreeSet<String>> {
     let t = Telemetry::default();
     t.publish(crate::util::web_status());
-    t.pass("web", "default", Duration::from_millis(30));
+    t.pass("web", "default", Duration::from_millis(30), Duration::ZERO);
     t.action("web", "default", "create", "ok", Duration::from_millis(300));
     t.error("web", "default");
     t.requests.count("GET", "/1.0/instances", Some(200));

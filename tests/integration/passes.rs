@@ -34,6 +34,24 @@ fn passes(h: &Harness, group: &str) -> u64 {
         .map_or(0, |n| n.trim().parse().unwrap())
 }
 
+/// How many passes of `group` started more than 5 ms after they were due.
+fn late(h: &Harness, group: &str) -> u64 {
+    let labels = format!("group=\"{group}\",project=\"default\"");
+    let metrics = h.telemetry.metrics();
+    let sample = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+    };
+    let count = sample(&format!("incus_hpa_pass_delay_seconds_count{{{labels}}} "));
+    let on_time = sample(&format!(
+        "incus_hpa_pass_delay_seconds_bucket{{le=\"0.005\",{labels}}} "
+    ));
+    assert!(count > 0, "no pass of {group} in:\n{metrics}");
+    count - on_time
+}
+
 fn listed(h: &Harness, group: &str) -> bool {
     h.telemetry.status().groups.iter().any(|g| g.name == group)
 }
@@ -93,6 +111,8 @@ async fn a_program_that_hangs_never_delays_another_group() {
     })
     .await;
     assert_eq!(h.fake.running("jobs"), 1);
+    // Every pass of either group started when it was due (the clock is tokio's, paused).
+    assert_eq!((late(&h, "web"), late(&h, "jobs")), (0, 0));
     let status = h.telemetry.status();
     let g = status.groups.iter().find(|g| g.name == "jobs").unwrap();
     assert_eq!(g.signals[0].value, None, "{:?}", g.signals);
