@@ -22,32 +22,37 @@ use crate::util::{eventually, run_for, web, Harness};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
+/// The value of the sample whose name and labels are `key` (up to its value) in `metrics`; 0
+/// when there is none.
+fn sample(metrics: &str, key: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
 /// How many passes of `group` ended.
 fn passes(h: &Harness, group: &str) -> u64 {
-    let key = format!(
-        "incus_hpa_reconcile_duration_seconds_count{{group=\"{group}\",project=\"default\"}} "
-    );
-    h.telemetry
-        .metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .map_or(0, |n| n.trim().parse().unwrap())
+    sample(
+        &h.telemetry.metrics(),
+        &format!(
+            "incus_hpa_reconcile_duration_seconds_count{{group=\"{group}\",project=\"default\"}}"
+        ),
+    )
 }
 
 /// How many passes of `group` started more than 5 ms after they were due.
 fn late(h: &Harness, group: &str) -> u64 {
     let labels = format!("group=\"{group}\",project=\"default\"");
     let metrics = h.telemetry.metrics();
-    let sample = |name: &str| {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
-    };
-    let count = sample(&format!("incus_hpa_pass_delay_seconds_count{{{labels}}} "));
-    let on_time = sample(&format!(
-        "incus_hpa_pass_delay_seconds_bucket{{le=\"0.005\",{labels}}} "
-    ));
+    let count = sample(
+        &metrics,
+        &format!("incus_hpa_pass_delay_seconds_count{{{labels}}}"),
+    );
+    let on_time = sample(
+        &metrics,
+        &format!("incus_hpa_pass_delay_seconds_bucket{{le=\"0.005\",{labels}}}"),
+    );
     assert!(count > 0, "no pass of {group} in:\n{metrics}");
     count - on_time
 }
