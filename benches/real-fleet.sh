@@ -89,7 +89,8 @@ ticks() {
 }
 # incusd itself: each instance's `[lxc monitor]` process is called incusd too.
 incusd=$(for p in $(pgrep -x incusd); do
-    case "$(tr '\0' ' ' < "/proc/$p/cmdline")" in "[lxc"*) ;; *) echo "$p" ;; esac
+    # (A monitor may exit meanwhile: its file is then gone.)
+    case "$(tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" || true)" in "[lxc"*|"") ;; *) echo "$p" ;; esac
 done | head -1)
 [ -n "$incusd" ] || { echo "real-fleet: no incusd runs (scripts/setup-incus.sh starts it)" >&2; exit 1; }
 hz=$(getconf CLK_TCK)
@@ -134,13 +135,15 @@ rows=()
 # Measures the daemon running now for S seconds; $1 names the row.
 measure() {
     sleep "$SETTLE"
-    local d0 i0 p0 t0 d1 i1 p1 t1 rss hwm
+    local d0 i0 p0 t0 d1 i1 p1 t1 rss hwm anon file
     d0=$(ticks "$daemon"); i0=$(ticks "$incusd" kids); p0=$(passes); t0=$(now)
     sleep "$S"
     d1=$(ticks "$daemon"); i1=$(ticks "$incusd" kids); p1=$(passes); t1=$(now)
     rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$daemon/status")
     hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$daemon/status")
-    rows+=("$1 $d0 $d1 $i0 $i1 $p0 $p1 $t0 $t1 $rss $hwm")
+    anon=$(awk '/^RssAnon/ { print $2 }' "/proc/$daemon/status")
+    file=$(awk '/^RssFile/ { print $2 }' "/proc/$daemon/status")
+    rows+=("$1 $d0 $d1 $i0 $i1 $p0 $p1 $t0 $t1 $rss $hwm $anon $file")
 }
 
 start=$(now)
@@ -235,11 +238,12 @@ n, g, hz = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 j0, j1, u0, u1 = map(float, sys.argv[4:8])
 base = (j1 - j0) / hz * 1000 / (u1 - u0)
 print("| instances / groups | daemon | daemon CPU ms/s | incusd CPU ms/s, with the daemon / without | "
-      "daemon + incusd's extra, ms per instance per tick | passes per group per s | daemon RSS MiB (peak) |")
+      "daemon + incusd's extra, ms per instance per tick | passes per group per s | "
+      "daemon RSS MiB (peak): anonymous + file-backed |")
 print("|---|---|---|---|---|---|---|")
 for row in sys.argv[8:]:
     name, *f = row.split()
-    d0, d1, i0, i1, p0, p1, t0, t1, rss, hwm = map(float, f)
+    d0, d1, i0, i1, p0, p1, t0, t1, rss, hwm, anon, file = map(float, f)
     secs = t1 - t0
     daemon = (d1 - d0) / hz * 1000 / secs          # ms of CPU per second
     incusd = (i1 - i0) / hz * 1000 / secs
@@ -247,7 +251,7 @@ for row in sys.argv[8:]:
     per = lambda ms: ms / (n + 2) / max(ticks, 1e-9)
     print(f"| {n} / {g} (+2 of 1) | {name} | {daemon:.1f} | {incusd:.1f} / {base:.1f} | "
           f"{per(daemon + incusd - base):.4f} (daemon alone {per(daemon):.4f}) | {ticks:.2f} | "
-          f"{rss / 1024:.1f} ({hwm / 1024:.1f}) |")
+          f"{rss / 1024:.1f} ({hwm / 1024:.1f}): {anon / 1024:.1f} + {file / 1024:.1f} |")
 EOF
 if [ "${#reactions[@]}" -gt 0 ]; then
     echo "fill → scaling up (interval 1 s), each round: ${reactions[*]} s"
