@@ -165,6 +165,16 @@ in_ct useradd -M hpa-outsider
 if out=$(in_ct runuser -u hpa-outsider -- incus-hpa status 2>&1); then fail "an outsider read the status"; fi
 grep -q "permission denied" <<<"$out" || fail "the outsider's message is unclear: $out"
 
+log "each group's history in the unit's StateDirectory, resumed after a restart"
+history=/var/lib/incus-hpa/groups/$group
+until_ok "the history of $group in $history" 30 in_ct test -s $history/learned.json
+[ "$(in_ct stat -c %U:%a $history/passes.csv)" = incus-hpa:600 ] || fail "the history is not the daemon's alone"
+in_ct systemctl restart incus-hpa
+resumed() { [ "$(journal -o cat | grep -c "$group resumes from its history saved")" -gt 0 ]; }
+until_ok "the restarted daemon resumes $group from its history" 30 resumed
+until_ok "incus-hpa status $group charts its last hour" 30 sh -c \
+    "incus exec $ct -- incus-hpa status $group | grep -q '^  count  *[▁▂▃▄▅▆▇█]'"
+
 log "a daemon run by hand as root beside the packaged unit: never both acting"
 # The unit's ProtectProc=invisible hides root's processes from the service: it must wait the
 # hand-run daemon's lease out, never take it for dead. Its own file and control socket.

@@ -31,10 +31,36 @@ pub fn control_socket_of(config: &Path) -> PathBuf {
     )
 }
 
+/// The state directory `incus-hpa status GROUP` reads the history from: `[daemon]
+/// state_directory` of the desired-state file at `config` when it can be read, else
+/// `$STATE_DIRECTORY`, else the packaged unit's.
+pub fn state_directory_of(config: &Path) -> PathBuf {
+    let key = config::load_content(config)
+        .ok()
+        .and_then(|l| l.state.daemon.state_directory);
+    crate::history::directory(
+        key.as_deref(),
+        std::env::var_os("STATE_DIRECTORY").as_deref(),
+    )
+    .unwrap_or_else(|| PathBuf::from("/var/lib/incus-hpa"))
+}
+
+/// What `incus-hpa status` shows: every group, or one in detail with its history in `dir`.
+pub struct Asked<'a> {
+    pub json: bool,
+    pub group: Option<&'a str>,
+    pub dir: PathBuf,
+}
+
 /// `incus-hpa status`: asks the running daemon on its control socket; exit 1 when none answers,
 /// or when it has not answered within `timeout` (a daemon that accepts and never answers must
-/// not hang a script that asks it).
-pub async fn status(socket: &Path, json: bool, timeout: Duration) -> anyhow::Result<ExitCode> {
+/// not hang a script that asks it), or when the group asked about is not one of its.
+pub async fn status(
+    socket: &Path,
+    asked: Asked<'_>,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    let json = asked.json;
     let client = reqwest::Client::builder()
         .use_preconfigured_tls(crate::incus::tls::unused())
         .unix_socket(socket)
@@ -76,12 +102,49 @@ pub async fn status(socket: &Path, json: bool, timeout: Duration) -> anyhow::Res
             return Ok(ExitCode::from(1));
         }
     };
+    let Some(name) = asked.group else {
+        if json {
+            println!("{body}");
+        } else {
+            let status: crate::control::Status = serde_json::from_str(&body)?;
+            print!("{}", crate::control::table(&status));
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let status: crate::control::Status = serde_json::from_str(&body)?;
+    let Some(g) = status.groups.iter().find(|g| g.name == name) else {
+        let known: Vec<&str> = status.groups.iter().map(|g| g.name.as_str()).collect();
+        eprintln!(
+            "incus-hpa: the daemon has no group {name:?} (its groups: {})",
+            if known.is_empty() {
+                "none".into()
+            } else {
+                known.join(", ")
+            }
+        );
+        return Ok(ExitCode::from(1));
+    };
     if json {
-        println!("{body}");
-    } else {
-        let status: crate::control::Status = serde_json::from_str(&body)?;
-        print!("{}", crate::control::table(&status));
+        println!("{}", serde_json::to_string(g)?);
+        return Ok(ExitCode::SUCCESS);
     }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let since = now_ms - crate::control::detail::CHART_MINUTES as i64 * 60_000;
+    let rows = crate::history::read(&asked.dir, name, since);
+    let why;
+    let rows = match &rows {
+        Ok((rows, _)) => Ok(rows.as_slice()),
+        Err(e) => {
+            why = format!(
+                "no history ({}: {e})",
+                asked.dir.join("groups").join(name).display()
+            );
+            Err(why.as_str())
+        }
+    };
+    print!("{}", crate::control::detail::detail(g, rows, now_ms));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -59,8 +59,18 @@ pub enum Command {
         dir: PathBuf,
     },
     /// Ask the running daemon what it thinks of each group (its control socket).
+    ///
+    /// Without GROUP, a table of every group, at most 100 columns wide (long cells are cut,
+    /// ending in …): GROUP, PROJECT, CURRENT, DESIRED, MIN, MAX, MEMORY, TARGET, SIGNALS,
+    /// REASON and NOTE (paused, standby, failing instances, the last error). With GROUP, that
+    /// group in detail: its count and bounds, each signal's reading and the count it wants,
+    /// the scale-down window in force and why, who acts on it, the last action and error, the
+    /// next pass, its instances, and the last hour of its history (the count and the demand,
+    /// a column a minute; the history is read from the state directory, see FILES).
     Status {
-        /// Print the stable JSON document instead of a table.
+        /// The group to show in detail.
+        group: Option<String>,
+        /// Print the stable JSON document instead of a table (with GROUP: that group's object).
         #[arg(long)]
         json: bool,
         /// The daemon's control socket [default: `[daemon] control_socket` of the
@@ -79,6 +89,17 @@ pub enum Command {
     },
     /// Replay a demand trace (CSV `t,demand_mib`) through the decision code and score it.
     Simulate(SimulateArgs),
+    /// Advise each group scaled on memory on the size of its instances (`limits.memory`) from
+    /// its recorded history.
+    ///
+    /// Replays the group's history (see incus-hpa(8), FILES) under its own policy at sizes
+    /// from half to one and a half times the one it has, and advises the one that would have
+    /// reserved the least memory (instances times their limit, over time) without the group
+    /// being at its limit or overloaded longer than at its own size; with the count range,
+    /// memory reserved, seconds at the limit and churn at both sizes. Nothing is applied. The
+    /// count stays the daemon's: a size is judged by what the count would have done with it,
+    /// so sizing and counting do not fight over one signal.
+    Advise(crate::simulate::advise_cmd::AdviseArgs),
     /// Show what the daemon would decide now for each group, without acting (a dry run).
     ///
     /// Each group is decided as a pass of the daemon decides it, with every signal: memory, CPU

@@ -15,6 +15,7 @@
 //! With `[daemon] metrics_address`, `GET /metrics` (and nothing else) is also served on TCP,
 //! for a Prometheus that cannot reach the unix socket.
 
+pub mod detail;
 mod listen;
 mod telemetry;
 
@@ -176,22 +177,37 @@ pub struct Status {
     pub groups: Vec<GroupStatus>,
 }
 
+impl SignalStatus {
+    /// The unit of its value and target: `%`, or nothing for an external signal's number.
+    fn unit(&self) -> &'static str {
+        if self.name.starts_with("external") {
+            ""
+        } else {
+            "%"
+        }
+    }
+
+    /// Its value with its unit, or `none` without a reading.
+    fn shown(&self, none: &str) -> String {
+        self.value
+            .map_or_else(|| none.into(), |v| format!("{v:.1}{}", self.unit()))
+    }
+}
+
 /// The signals other than memory, for the table: `cpu 82.0%/70% → 4, external 1 130/20 → 7`.
 fn signals(all: &[SignalStatus]) -> String {
     let shown: Vec<String> = all
         .iter()
         .filter(|s| s.name != "memory")
         .map(|s| {
-            let unit = if s.name.starts_with("external") {
-                ""
-            } else {
-                "%"
-            };
-            let value = s
-                .value
-                .map_or_else(|| "-".into(), |v| format!("{v:.1}{unit}"));
             let wants = s.wants.map_or_else(|| "-".into(), |w| w.to_string());
-            format!("{} {value}/{}{unit} → {wants}", s.name, s.target)
+            format!(
+                "{} {}/{}{} → {wants}",
+                s.name,
+                s.shown("-"),
+                s.target,
+                s.unit()
+            )
         })
         .collect();
     if shown.is_empty() {
@@ -201,40 +217,42 @@ fn signals(all: &[SignalStatus]) -> String {
     }
 }
 
-/// The CURRENT cell: `3`, or `3 (1 starting, 1 not ready)` when checks hold some back.
-fn current(g: &GroupStatus) -> String {
-    let mut aside = Vec::new();
+/// The widest `incus-hpa status` prints its table.
+pub const TABLE_WIDTH: usize = 100;
+
+/// The NOTE cell: what is out of the ordinary, most pressing first (`-` when nothing is).
+fn note(g: &GroupStatus) -> String {
+    let mut notes = Vec::new();
     if g.starting > 0 {
-        aside.push(format!("{} starting", g.starting));
+        notes.push(format!("{} starting", g.starting));
     }
     if g.not_ready > 0 {
-        aside.push(format!("{} not ready", g.not_ready));
+        notes.push(format!("{} not ready", g.not_ready));
     }
-    if aside.is_empty() {
-        g.current.to_string()
+    if let Some(e) = &g.last_error {
+        notes.push(format!("error: {e}"));
+    }
+    if let Some(h) = &g.standby {
+        notes.push(format!("standby ({h})"));
+    }
+    if g.paused {
+        notes.push("paused".into());
+    }
+    if !g.failing.is_empty() {
+        notes.push(format!("{} failing", g.failing.len()));
+    }
+    if notes.is_empty() {
+        "-".into()
     } else {
-        format!("{} ({})", g.current, aside.join(", "))
+        notes.join("; ")
     }
 }
 
-/// Formats a status document as a table in the style of `incus list`.
+/// Formats a status document as a table in the style of `incus list`, at most
+/// [`TABLE_WIDTH`] columns wide; `status GROUP` shows the rest ([`detail`]).
 pub fn table(status: &Status) -> String {
     let header = [
-        "GROUP",
-        "PROJECT",
-        "CURRENT",
-        "DESIRED",
-        "MIN",
-        "MAX",
-        "MEMORY",
-        "TARGET",
-        "SIGNALS",
-        "REASON",
-        "SCALE-DOWN WINDOW",
-        "PAUSED",
-        "STANDBY",
-        "LAST ACTION",
-        "LAST ERROR",
+        "GROUP", "PROJECT", "CURRENT", "DESIRED", "MIN-MAX", "MEMORY", "SIGNALS", "REASON", "NOTE",
     ];
     let rows: Vec<Vec<String>> = status
         .groups
@@ -243,29 +261,22 @@ pub fn table(status: &Status) -> String {
             vec![
                 g.name.clone(),
                 g.project.clone(),
-                current(g),
+                g.current.to_string(),
                 g.desired.to_string(),
-                g.min.to_string(),
-                g.max.to_string(),
-                g.utilization
-                    .map_or_else(|| "-".into(), |u| format!("{u:.1}%")),
-                g.threshold.map_or_else(|| "-".into(), |t| format!("{t}%")),
+                format!("{}-{}", g.min, g.max),
+                match (g.utilization, g.threshold) {
+                    (_, None) => "-".into(),
+                    (None, Some(t)) => format!("-/{t}%"),
+                    (Some(u), Some(t)) => format!("{u:.1}%/{t}%"),
+                },
                 signals(&g.signals),
                 g.reason.clone(),
-                g.scale_down_window.clone().unwrap_or_else(|| "-".into()),
-                if g.paused { "yes" } else { "no" }.into(),
-                g.standby
-                    .clone()
-                    .map_or_else(|| "no".into(), |h| format!("yes ({h})")),
-                g.last_action.as_ref().map_or_else(
-                    || "-".into(),
-                    |a| format!("{} {} {} ({})", a.at, a.kind, a.instance, a.outcome),
-                ),
-                g.last_error.clone().unwrap_or_else(|| "-".into()),
+                note(g),
             ]
         })
         .collect();
-    crate::table::render(&header, &rows)
+    // SIGNALS and NOTE are cut first: `status GROUP` shows them whole.
+    crate::table::render_within(&header, &rows, TABLE_WIDTH, &[6, 8])
 }
 
 #[cfg(test)]

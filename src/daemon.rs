@@ -60,6 +60,9 @@ pub enum Waited {
     Shutdown,
 }
 
+/// How long a shutdown waits for the history to be written, at most.
+const HISTORY_BUDGET: Duration = Duration::from_secs(5);
+
 /// How long a shutdown waits for the actions in flight, at most. The unit's
 /// `TimeoutStopSec=180s` is the whole budget: a drain is cut short at once, a graceful stop
 /// lasts at most `stop_timeout` (2 minutes at most) plus 5 s, a forced stop and a delete are
@@ -190,9 +193,17 @@ pub async fn run_loop(
                 Ok(loaded) => {
                     log_diagnostics(&loaded.warnings);
                     let (was, now) = (&state.daemon, &loaded.state.daemon);
-                    if (&was.control_socket, was.metrics_address, was.lease)
-                        != (&now.control_socket, now.metrics_address, now.lease)
-                        || (&was.incus, &was.tls) != (&now.incus, &now.tls)
+                    if (
+                        &was.control_socket,
+                        was.metrics_address,
+                        was.lease,
+                        &was.state_directory,
+                    ) != (
+                        &now.control_socket,
+                        now.metrics_address,
+                        now.lease,
+                        &now.state_directory,
+                    ) || (&was.incus, &was.tls) != (&now.incus, &now.tls)
                     {
                         tracing::warn!(
                             "[daemon] {} are read at start: the change takes effect at the next \
@@ -248,6 +259,8 @@ pub async fn run_loop(
             _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),
         }
     }
+    // Each group's history is on disk for the next start.
+    reconciler.save_history(Instant::now(), HISTORY_BUDGET);
     // What is still in flight stops here.
     drop(reconciler);
     // Another daemon takes over at once rather than after the lease runs out.

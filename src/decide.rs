@@ -39,6 +39,7 @@ mod health;
 mod history;
 mod hold;
 mod ownership;
+pub mod saved;
 pub mod signals;
 mod windows;
 
@@ -58,6 +59,7 @@ pub use health::{
 };
 pub use history::History;
 pub use ownership::{owner_value, ownership, Ownership};
+pub use saved::Saved;
 pub use windows::K8S_RATE_PERIOD;
 use windows::{limit_step, stabilize};
 

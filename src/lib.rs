@@ -19,6 +19,7 @@ pub mod events;
 pub mod exposition;
 pub mod external;
 pub mod headroom;
+pub mod history;
 pub mod hooks;
 pub mod incus;
 pub mod informer;

@@ -22,9 +22,11 @@ fn main() -> ExitCode {
         },
         Command::Run { config } => block_on(app::run(cli.incus_socket.as_deref(), config)),
         Command::Simulate(args) => incus_hpa::simulate::command::run(args),
+        Command::Advise(args) => incus_hpa::simulate::advise_cmd::run(args),
         Command::Hook { hook } => incus_hpa::hooks::run(hook),
         Command::Plan { config } => block_on(app::plan(cli.incus_socket.as_deref(), config)),
         Command::Status {
+            group,
             json,
             control_socket,
             config,
@@ -33,7 +35,12 @@ fn main() -> ExitCode {
             let socket = control_socket
                 .clone()
                 .unwrap_or_else(|| app::control_socket_of(config));
-            block_on(app::status(&socket, *json, *timeout))
+            let asked = app::Asked {
+                json: *json,
+                group: group.as_deref(),
+                dir: app::state_directory_of(config),
+            };
+            block_on(app::status(&socket, asked, *timeout))
         }
     }
 }

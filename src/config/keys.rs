@@ -186,6 +186,23 @@ pub fn keys() -> Vec<Key> {
         },
         Key {
             table: Daemon,
+            name: "state_directory",
+            kind: "absolute path",
+            default: d("$STATE_DIRECTORY (the packaged unit's /var/lib/incus-hpa), else none"),
+            range: None,
+            applies: AtStart,
+            doc: "Where each group's history is kept: a row per pass for a day, a row per \
+                  minute for the week before, and what the adaptive policy has learned, saved \
+                  at most a minute apart and when the daemon stops. A restarted daemon \
+                  resumes each group from it and decides as if it had never stopped; without \
+                  a directory a restart starts every group afresh. A crash or a full disk \
+                  loses at most the last minute and never stops the daemon; a save that \
+                  cannot be read is set aside with one journal line. A group taken out of the \
+                  file keeps its history for 7 days. See incus-hpa(8), FILES.",
+            example: "state_directory = \"/var/lib/incus-hpa\"",
+        },
+        Key {
+            table: Daemon,
             name: "metrics_address",
             kind: "\"IP:PORT\"",
             default: d("none (off)"),
@@ -424,8 +441,8 @@ pub fn keys() -> Vec<Key> {
                   learned from how the group's drops came back (never longer than \
                   scale_down_stabilization), room is kept for surges it has seen, a demand that \
                   held a level over the last hour gets no more than the count that would have \
-                  cost least over its readings (incus-hpa status shows all three in its \
-                  SCALE-DOWN WINDOW column), and an instance that \
+                  cost least over its readings (incus-hpa status GROUP shows all \
+                  three), and an instance that \
                   reaches its memory limit, or a group that goes above its tolerance, between \
                   two passes wakes the next one at once (read \
                   from its cgroup files on this host). Both stay within min, max, \

@@ -216,6 +216,17 @@ fn daemon(c: &mut Collector, mut t: Fields, check_files: bool) -> DaemonSpec {
             );
         }
     }
+    if let Some((p, span)) = t.string(c, "state_directory") {
+        if p.starts_with('/') {
+            d.state_directory = Some(p.into());
+        } else {
+            c.error(
+                Some(span),
+                &t.key("state_directory"),
+                format!("{p:?} is not an absolute path"),
+            );
+        }
+    }
     if let Some(lease) =
         t.duration_within(c, "lease", Duration::from_secs(3), Duration::from_secs(600))
     {

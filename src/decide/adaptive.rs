@@ -84,25 +84,25 @@ const AT_LIMIT_WEIGHT: f64 = 11.0;
 #[derive(Debug, Clone, Default)]
 pub struct Estimates {
     /// How long to hold instances after a drop, learned from the drops of the last hour.
-    hold: Hold,
+    pub(super) hold: Hold,
     /// (when, how much the demand rose since the pass before), bytes, within the group's
     /// scale-down window.
-    surges: VecDeque<(Instant, f64)>,
+    pub(super) surges: VecDeque<(Instant, f64)>,
     /// (when, how much the demand rose) for surges likely to come again (see
     /// [`Estimates::returning_surge`]), bytes, within [`SURGE_MEMORY`].
-    returns: VecDeque<(Instant, f64)>,
+    pub(super) returns: VecDeque<(Instant, f64)>,
     /// (when, estimated demand), bytes, over [`SURGE_MEMORY`], at most [`MOST_SAMPLES`].
-    past: VecDeque<(Instant, f64)>,
+    pub(super) past: VecDeque<(Instant, f64)>,
     /// The room kept at the last pass, for `status` and the journal.
-    room: Option<crate::model::Room>,
+    pub(super) room: Option<crate::model::Room>,
     /// The count a level of the last hour held the group to at the last pass, if it did.
-    level: Option<u32>,
+    pub(super) level: Option<u32>,
     /// (when, lowest usage of a fresh instance then), bytes.
-    bases: VecDeque<(Instant, u64)>,
+    pub(super) bases: VecDeque<(Instant, u64)>,
     /// (when, estimated demand), bytes.
-    demand: VecDeque<(Instant, f64)>,
+    pub(super) demand: VecDeque<(Instant, f64)>,
     /// The OOM killer's count per instance at the last pass.
-    oom_kills: BTreeMap<String, u64>,
+    pub(super) oom_kills: BTreeMap<String, u64>,
 }
 
 impl Estimates {
@@ -134,21 +134,7 @@ impl Estimates {
         &mut self,
         counts: impl IntoIterator<Item = (&'a str, Option<u64>)>,
     ) -> Vec<&'a str> {
-        let mut killed = Vec::new();
-        let mut seen = BTreeMap::new();
-        for (name, count) in counts {
-            let Some(count) = count else { continue };
-            if self
-                .oom_kills
-                .get(name)
-                .is_some_and(|before| count > *before)
-            {
-                killed.push(name);
-            }
-            seen.insert(name.to_owned(), count);
-        }
-        self.oom_kills = seen;
-        killed
+        new_kills(&mut self.oom_kills, counts)
     }
 
     fn learn_base(&mut self, now: Instant, fresh_low: Option<u64>) {
@@ -298,6 +284,25 @@ impl Estimates {
         }
         rising.into_iter().fold(f64::INFINITY, f64::min)
     }
+}
+
+/// Takes in the OOM killer's counts of a pass (by instance name; `before` holds those of the
+/// pass before, and this pass' afterwards) and returns the instances it killed in since.
+pub fn new_kills<'a>(
+    before: &mut BTreeMap<String, u64>,
+    counts: impl IntoIterator<Item = (&'a str, Option<u64>)>,
+) -> Vec<&'a str> {
+    let mut killed = Vec::new();
+    let mut seen = BTreeMap::new();
+    for (name, count) in counts {
+        let Some(count) = count else { continue };
+        if before.get(name).is_some_and(|b| count > *b) {
+            killed.push(name);
+        }
+        seen.insert(name.to_owned(), count);
+    }
+    *before = seen;
+    killed
 }
 
 /// Forgets the samples of `samples` (oldest first) taken more than `keep` before `now`.

@@ -61,25 +61,25 @@ pub const CREATING_MAX: Duration = Duration::from_secs(600);
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Tracked {
     /// Seen healthy (or started by the daemon) since its last stop was accounted for.
-    ran: bool,
+    pub(super) ran: bool,
     /// Crashes in a row.
-    crashes: u32,
+    pub(super) crashes: u32,
     /// Failed starts in a row.
-    start_failures: u32,
+    pub(super) start_failures: u32,
     /// No start before this.
-    retry_at: Option<Instant>,
+    pub(super) retry_at: Option<Instant>,
     /// First seen unhealthy (frozen, in error, in a transition).
-    unhealthy_since: Option<Instant>,
+    pub(super) unhealthy_since: Option<Instant>,
     /// Its being unhealthy was reported.
-    reported: bool,
+    pub(super) reported: bool,
     /// Its creation's end was not told: left to Incus until then.
-    creating_until: Option<Instant>,
+    pub(super) creating_until: Option<Instant>,
     /// Its failing to start was reported.
-    failing_said: bool,
+    pub(super) failing_said: bool,
     /// First seen running and not ready by its checks (since it was ready).
-    not_ready_since: Option<Instant>,
+    pub(super) not_ready_since: Option<Instant>,
     /// Its being not ready (or never ready) was reported.
-    not_ready_said: bool,
+    pub(super) not_ready_said: bool,
 }
 
 /// What one instance is worth in this pass.

@@ -20,18 +20,18 @@ use crate::model::{GroupSpec, Note, Observation};
 #[derive(Debug, Clone, Default)]
 pub struct History {
     /// (when, recommendation) within the longest stabilization window.
-    recommendations: VecDeque<(Instant, u32)>,
+    pub(super) recommendations: VecDeque<(Instant, u32)>,
     /// (when, change of the desired count) within the last interval.
-    changes: VecDeque<(Instant, i64)>,
+    pub(super) changes: VecDeque<(Instant, i64)>,
     /// (when, instances added, instances removed) by the scale-ups and scale-downs planned,
     /// within the last interval: what step limits bound.
-    acted: VecDeque<(Instant, u32, u32)>,
+    pub(super) acted: VecDeque<(Instant, u32, u32)>,
     /// The desired count decided last; `None` before the first pass.
-    desired: Option<u32>,
+    pub(super) desired: Option<u32>,
     /// The `max` bounds of the last pass; `None` before the first pass.
-    bounds: Option<Bounds>,
+    pub(super) bounds: Option<Bounds>,
     /// Per instance, by name.
-    instances: BTreeMap<String, Tracked>,
+    pub(super) instances: BTreeMap<String, Tracked>,
     /// What the `adaptive` policy has learned (base use, demand trend).
     pub(super) estimates: super::adaptive::Estimates,
     /// Each instance's last CPU counter, for the CPU signal's rates.
@@ -41,13 +41,13 @@ pub struct History {
 /// What a pass leaves for the next one to tell a schedule window that closed above `max`
 /// from a `max` lowered in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Bounds {
+pub(super) struct Bounds {
     /// The group's own `max`, from the file.
-    file_max: u32,
+    pub(super) file_max: u32,
     /// The highest count the group may wind down from gradually: the `max` in force (a
     /// window's, or the file's), or, after a window that allowed more closed, the count the
     /// group has wound down to since.
-    ceiling: u32,
+    pub(super) ceiling: u32,
 }
 
 impl History {

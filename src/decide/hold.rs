@@ -33,10 +33,10 @@ const CHURN_MINUTES: f64 = 4.0;
 /// long (`None`: longer than the full window), and what its return cost the group, in the
 /// same instance-minutes.
 #[derive(Debug, Clone, Copy)]
-struct Gap {
-    at: Instant,
-    away: Option<Duration>,
-    cost: f64,
+pub(super) struct Gap {
+    pub(super) at: Instant,
+    pub(super) away: Option<Duration>,
+    pub(super) cost: f64,
 }
 
 /// What the hold learns across passes.
@@ -44,10 +44,10 @@ struct Gap {
 pub struct Hold {
     /// The levels the recommendation dropped below and has not reached since: when it was last
     /// at them.
-    away: BTreeMap<u32, Instant>,
-    gaps: VecDeque<Gap>,
+    pub(super) away: BTreeMap<u32, Instant>,
+    pub(super) gaps: VecDeque<Gap>,
     /// The last recommendation, and when it was made.
-    last: Option<(Instant, u32)>,
+    pub(super) last: Option<(Instant, u32)>,
 }
 
 /// The window in force, and what it was learned from (shown by `status` and the journal).

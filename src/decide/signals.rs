@@ -32,7 +32,7 @@ pub struct Vote {
 /// The previous CPU counter of each instance, to turn counters into rates.
 #[derive(Debug, Clone, Default)]
 pub struct CpuCounters {
-    last: BTreeMap<String, (u64, Instant)>,
+    pub(super) last: BTreeMap<String, (u64, Instant)>,
 }
 
 impl CpuCounters {

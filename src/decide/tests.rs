@@ -98,7 +98,7 @@ pub(super) fn obs(percents: &[f64]) -> Observation {
 
 /// A history whose desired count is `desired`, decided long ago (outside every window and
 /// period): no stabilization or step effect.
-pub(super) fn settled(desired: u32) -> (History, Instant) {
+pub(crate) fn settled(desired: u32) -> (History, Instant) {
     let t0 = Instant::now();
     let mut h = History::default();
     h.record(&spec(0, 1000, 50.0), t0, desired, desired, desired);

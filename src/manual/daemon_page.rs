@@ -208,13 +208,14 @@ fn exit_status(p: &mut Page) {
     p.entry(
         vec![bold("0")],
         "Success: run stopped cleanly on SIGTERM or SIGINT; validate found no error; plan, \
-         status and simulate printed their answer; a hook made the load balancer match the set.",
+         status, simulate and advise printed their answer; a hook made the load balancer match the set.",
     );
     p.entry(
         vec![bold("1")],
         "Failure: validate found an error; plan could not read the file or reach Incus; status \
-         found no daemon answering on the control socket, or none within --timeout; simulate could not read its file or \
-         trace; a hook could not read the set or change the load balancer \
+         found no daemon answering on the control socket, or none within --timeout; simulate could not read its file, \
+         trace or history; advise could not read its file, or a group it was asked about has \
+         no history or no limits.memory; a hook could not read the set or change the load balancer \
          (the reason on stderr); run failed after its start (for instance, it could not listen on its control \
          socket).",
     );
@@ -288,6 +289,18 @@ fn files(p: &mut Page) {
              it appears, whatever the umask: root and members of the group incus-hpa. At start, \
              a socket nobody listens on is replaced; one a daemon answers on, or that the \
              daemon's user may not connect to, is left, and the daemon runs without one.",
+        ),
+        (
+            "/var/lib/incus-hpa/groups/GROUP/",
+            "Each group's history ([daemon] state_directory; the unit's StateDirectory): \
+             passes.csv, a row per pass for the last day (time, count, desired count, the \
+             instances' memory use and limit, each signal's reading, OOM kills, the \
+             decision's reason); minutes.csv, a row per minute for the six days before; \
+             learned.json, what the decisions had learned at the last save, at most a minute \
+             old, from which a restarted daemon resumes the group. About 0.3 MiB per group a \
+             day at interval = \"15s\" and 5 MiB at \"1s\", and 0.7 MiB for the week of \
+             minutes. Removed 7 days after the group leaves the desired-state file, and \
+             by apt purge.",
         ),
         (
             "/var/lib/incus/unix.socket",

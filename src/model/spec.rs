@@ -122,6 +122,9 @@ pub struct DaemonSpec {
     pub tls: Option<TlsFiles>,
     /// The memory each host keeps available: no creation or start takes a host below it.
     pub host_reserve: super::HostReserve,
+    /// Where each group's history is kept (`[daemon] state_directory`; read at start).
+    /// `None`: the unit's `STATE_DIRECTORY`, else nowhere.
+    pub state_directory: Option<std::path::PathBuf>,
 }
 
 impl Default for DaemonSpec {
@@ -137,6 +140,7 @@ impl Default for DaemonSpec {
             incus: None,
             tls: None,
             host_reserve: super::HostReserve::default(),
+            state_directory: None,
         }
     }
 }

@@ -95,6 +95,7 @@ impl Reconciler {
             last: g.last.clone(),
             seen: None,
             last_action: None,
+            record: None,
         };
         self.flying
             .entry(project)
@@ -107,6 +108,7 @@ impl Reconciler {
             parallel: self.parallel,
             round,
             lease_read,
+            keeps: self.history.keeps(),
         };
         self.passes.push(Box::pin(async move {
             let late = Instant::now().saturating_duration_since(due);
@@ -149,6 +151,20 @@ impl Reconciler {
             Some(r) = self.passes.next(), if !self.passes.is_empty() => Ended(Inner::Pass(Box::new(r))),
             ran = self.runs.next() => Ended(Inner::Run(ran)),
         }
+    }
+
+    /// Saves the history of every group with no pass in flight (a shutdown) and waits until
+    /// it is on disk, at most `within`.
+    pub fn save_history(&mut self, now: Instant, within: Duration) {
+        if !self.history.keeps() {
+            return;
+        }
+        for g in self.groups.values() {
+            if let Some(c) = &g.carried {
+                self.history.save(g.spec.name.as_str(), &c.history, now);
+            }
+        }
+        self.history.flush(within);
     }
 
     /// Cancels the programs in flight and starts no other (a shutdown).
@@ -238,6 +254,12 @@ impl Reconciler {
         let mut carried = work.carried;
         if work.spec.schedule != g.spec.schedule {
             carried.windows = windows(&g.spec);
+        }
+        if let Some(row) = &work.record {
+            self.history.pass(name.as_str(), row);
+            if self.history.due(name.as_str(), now) {
+                self.history.save(name.as_str(), &carried.history, now);
+            }
         }
         g.carried = Some(carried);
         match result {

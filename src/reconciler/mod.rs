@@ -154,7 +154,7 @@ fn windows(spec: &GroupSpec) -> crate::schedule::Windows {
 }
 
 impl GroupState {
-    fn new(id: u64, spec: &GroupSpec, now: Instant) -> Self {
+    fn new(id: u64, spec: &GroupSpec, now: Instant, history: crate::decide::History) -> Self {
         Self {
             id,
             spec: spec.clone(),
@@ -168,7 +168,8 @@ impl GroupState {
             strain: Default::default(),
             external: Vec::new(),
             carried: Some(Carried {
-                history: Default::default(),
+                history,
+                kills: Default::default(),
                 reported: Default::default(),
                 windows: windows(spec),
             }),
@@ -210,6 +211,8 @@ pub struct Reconciler {
     lease_reads: HashMap<String, Arc<LeaseRead>>,
     /// (project, instance) the daemon removed, until when their events are its own.
     own: HashMap<(String, String), Instant>,
+    /// Each group's history on disk (nothing without a state directory).
+    history: crate::history::Store,
 }
 
 impl Reconciler {
@@ -233,6 +236,16 @@ impl Reconciler {
             round: None,
             lease_reads: HashMap::new(),
             own: HashMap::new(),
+            history: match crate::history::directory(
+                state.daemon.state_directory.as_deref(),
+                std::env::var_os("STATE_DIRECTORY").as_deref(),
+            ) {
+                Some(dir) => {
+                    tracing::debug!("each group's history is kept under {}", dir.display());
+                    crate::history::Store::open(&dir)
+                }
+                None => crate::history::Store::none(),
+            },
         };
         r.set_desired(state, now);
         r
@@ -300,10 +313,12 @@ impl Reconciler {
             }
             moved == Some(false)
         });
+        self.history
+            .declared(state.groups.keys().map(|g| g.as_str().to_owned()));
         for (name, spec) in &state.groups {
             let g = self.groups.entry(name.clone()).or_insert_with(|| {
                 self.last_id += 1;
-                GroupState::new(self.last_id, spec, now)
+                GroupState::new(self.last_id, spec, now, self.history.resume(spec, now))
             });
             if g.spec != *spec {
                 if g.spec.external != spec.external {

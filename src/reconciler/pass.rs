@@ -56,6 +56,8 @@ pub(super) type Failed = (ReconcileError, Option<Summary>, Vec<String>);
 /// What a group keeps from one pass to the next, moved into the pass while it runs.
 pub(super) struct Carried {
     pub(super) history: History,
+    /// Each instance's OOM counter at the last pass, for the history's rows.
+    pub(super) kills: std::collections::BTreeMap<String, u64>,
     /// Foreign instances already reported.
     pub(super) reported: BTreeSet<String>,
     /// The group's schedule windows, compiled.
@@ -78,6 +80,8 @@ pub(super) struct Work {
     pub(super) seen: Option<(Watched, crate::decide::adaptive::Strain)>,
     /// The last action carried out.
     pub(super) last_action: Option<LastAction>,
+    /// The pass as the history keeps it, when it keeps passes.
+    pub(super) record: Option<crate::history::Record>,
 }
 
 /// When a pass last read the leases of a project itself (see [`read_unknown_lease`]).
@@ -91,6 +95,8 @@ pub(super) struct Given {
     pub(super) parallel: usize,
     pub(super) round: std::sync::Arc<Round>,
     pub(super) lease_read: std::sync::Arc<LeaseRead>,
+    /// The history keeps passes.
+    pub(super) keeps: bool,
 }
 
 /// A group whose lease this daemon has not read yet (at start, or after it ran out), or has
@@ -204,6 +210,7 @@ pub(super) async fn reconcile(
         seen,
         last,
         last_action,
+        record,
         ..
     } = w;
     let spec = &*spec;
@@ -253,6 +260,17 @@ pub(super) async fn reconcile(
     });
     let busy = standby.is_none() && !plan.actions.is_empty();
     report::decision(spec, &plan, changed || busy, standby.as_deref());
+    if given.keeps {
+        let unix_ms = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        *record = Some(crate::history::Record::of(
+            &obs,
+            &plan,
+            unix_ms,
+            &mut c.kills,
+        ));
+    }
     let summary = Summary {
         current: plan.current,
         desired: plan.desired,

@@ -24,13 +24,35 @@ pub struct SimulateArgs {
     #[arg(long, short, value_name = "FILE", default_value = DEFAULT_PATH)]
     pub config: PathBuf,
     /// The group to simulate.
-    #[arg(long)]
-    pub group: String,
+    #[arg(long, required_unless_present = "history")]
+    pub group: Option<String>,
     /// The trace: CSV with the header `t` and then any of `demand_mib`, `cpu_percent`,
     /// `pressure` and `external` (one for each of the group's signals), at most 30 days long
-    /// and 1,000,000 rows. Not with `--family`, which generates the traces.
-    #[arg(required_unless_present = "family", conflicts_with = "family")]
+    /// and 1,000,000 rows. Not with `--family`, which generates the traces, nor `--history`.
+    #[arg(required_unless_present_any = ["family", "history"], conflicts_with_all = ["family", "history"])]
     pub trace: Option<PathBuf>,
+    /// Replays the group's own recorded passes (the daemon's history of GROUP, see
+    /// incus-hpa(8), FILES) under the group's table in the file, with `--set` changes: what
+    /// its instances used beyond their base use (--base-mib), its CPU, pressure and external
+    /// readings, from `--since` ago until the last pass, windows at the times they opened.
+    /// Prints what happened as recorded (instance-hours, highest count, OOM kills) beside the
+    /// replay's scores.
+    #[arg(long, value_name = "GROUP", conflicts_with_all = ["family", "start"])]
+    pub history: Option<String>,
+    /// With `--history`: how far back the replay starts.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = humantime::parse_duration,
+          requires = "history")]
+    pub since: std::time::Duration,
+    /// With `--history`: the state directory the history is in [default: `[daemon]
+    /// state_directory` of the file, else $STATE_DIRECTORY, else /var/lib/incus-hpa].
+    #[arg(long, value_name = "DIR", requires = "history")]
+    pub state_directory: Option<PathBuf>,
+    /// Changes a key of the group's table for the replay (repeatable): `KEY=VALUE`, KEY a key
+    /// of [groups.NAME] (`config.NAME` for an instance config key), VALUE as in the file
+    /// (quotes optional for a string): `--set policy=kubernetes --set
+    /// scale_down_stabilization=2m --set config.limits.memory=128MiB`.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// The decision rule: the group's own, Kubernetes' defaults, or the Go lab's ±1 rule.
     #[arg(long, value_enum, default_value = "default")]
     pub policy: crate::simulate::SimPolicy,
@@ -78,9 +100,9 @@ pub struct SimulateArgs {
     /// replayed (scores, `--compare`, `--plot`): how a worst seed is looked at.
     #[arg(long, value_name = "S")]
     pub seed: Option<u64>,
-    /// With `--family NAME --seed S`: also writes the generated trace, as CSV a trace file
-    /// can be (`t,demand_mib`).
-    #[arg(long, value_name = "FILE.csv", requires = "seed")]
+    /// With `--family NAME --seed S` or `--history`: also writes the trace replayed, as CSV a
+    /// trace file can be.
+    #[arg(long, value_name = "FILE.csv")]
     pub trace_out: Option<PathBuf>,
 }
 
@@ -103,22 +125,34 @@ pub fn run(args: &SimulateArgs) -> ExitCode {
 }
 
 fn try_run(args: &SimulateArgs) -> Result<(), String> {
-    let loaded = config::load(&args.config).map_err(|e| {
-        let mut lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
-        lines.push(e.to_string());
-        lines.join("\n")
-    })?;
+    let group = match (&args.group, &args.history) {
+        (Some(g), Some(h)) if g != h => {
+            return Err(format!(
+                "--group {g:?} and --history {h:?}: name one group (--history GROUP is enough)"
+            ))
+        }
+        (Some(g), _) | (None, Some(g)) => g.as_str(),
+        (None, None) => return Err("simulate: name the --group".into()),
+    };
+    if args.trace_out.is_some() && args.seed.is_none() && args.history.is_none() {
+        return Err(
+            "--trace-out: writes a generated trace (--family NAME --seed S) or a recorded \
+             one (--history GROUP)"
+                .into(),
+        );
+    }
+    let loaded = load(args, group)?;
     let file = args.config.display();
     let spec = loaded
         .state
         .groups
         .values()
-        .find(|g| g.name.as_str() == args.group)
+        .find(|g| g.name.as_str() == group)
         .ok_or_else(|| {
             let known: Vec<&str> = loaded.state.groups.keys().map(|g| g.as_str()).collect();
             format!(
                 "{file}: no group {:?} (groups: {})",
-                args.group,
+                group,
                 if known.is_empty() {
                     "none".into()
                 } else {
@@ -126,15 +160,17 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
                 }
             )
         })?;
-    let model = model(args, spec)?;
+    let model = model(args, group, spec)?;
+    if args.history.is_some() {
+        return replay_history(args, &loaded.state.daemon, spec, &model);
+    }
     let (trace_path, trace) = match (&args.family, &args.trace) {
         (Some(name), _) => {
             let chosen = family_list(name)?;
             if spec.memory_threshold.is_none() {
                 return Err(format!(
-                    "--family: generated traces are memory demand, and group {:?} has no \
-                     memory_threshold",
-                    args.group
+                    "--family: generated traces are memory demand, and group {group:?} has no \
+                     memory_threshold"
                 ));
             }
             let Some(seed) = args.seed else {
@@ -165,8 +201,112 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
         }
         (None, None) => return Err("simulate: name a trace file or a --family".into()),
     };
-    replay(args, spec, &model, &trace_path, &trace)
+    replay(args, spec, &model, &trace_path, &trace, args.start)
 }
+
+/// The desired-state file, with the `--set` changes made to `group`'s table.
+fn load(args: &SimulateArgs, group: &str) -> Result<config::Loaded, String> {
+    let located = |e: config::ConfigError| {
+        let mut lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
+        lines.push(e.to_string());
+        lines.join("\n")
+    };
+    if args.set.is_empty() {
+        return config::load(&args.config).map_err(located);
+    }
+    let text = std::fs::read_to_string(&args.config)
+        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let changed = super::recorded::apply_sets(&text, group, &args.set)
+        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let name = PathBuf::from(format!("{} with --set", args.config.display()));
+    config::parse(&name, &changed).map_err(located)
+}
+
+/// Replays the group's recorded passes.
+fn replay_history(
+    args: &SimulateArgs,
+    daemon: &crate::model::DaemonSpec,
+    spec: &GroupSpec,
+    model: &LoadModel,
+) -> Result<(), String> {
+    let group = spec.name.as_str();
+    let (dir, rows) = recorded_rows(args.state_directory.as_deref(), daemon, group, args.since)?;
+    let csv = super::recorded::trace_csv(spec, &rows, model.base_mib)
+        .map_err(|e| format!("{}: {group}: {e}", dir.display()))?;
+    if let Some(out) = &args.trace_out {
+        std::fs::write(out, &csv)
+            .map_err(|e| format!("{}: cannot write the trace: {e}", out.display()))?;
+    }
+    let name = PathBuf::from(format!("{group}-history.csv"));
+    let trace = Trace::parse(&name, &csv).map_err(|e| e.to_string())?;
+    let start =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(rows[0].unix_ms.max(0) as u64);
+    let recorded = super::recorded::as_recorded(&rows);
+    match args.format {
+        Format::Table => println!(
+            "as recorded: {} passes over {}, {:.2} instance-hours, at most {} instances, {} OOM \
+             kill(s)",
+            rows.len(),
+            humantime::format_duration(std::time::Duration::from_secs(recorded.seconds as u64)),
+            recorded.instance_hours,
+            recorded.peak,
+            recorded.oom_kills
+        ),
+        Format::Json => eprintln!(
+            "{}",
+            serde_json::json!({"as_recorded": {"passes": rows.len(), "seconds": recorded.seconds,
+                "instance_hours": recorded.instance_hours, "peak": recorded.peak,
+                "oom_kills": recorded.oom_kills}})
+        ),
+    }
+    replay(args, spec, model, &name, &trace, start)
+}
+
+/// The rows `group` recorded within `since` (at least one), and the state directory they
+/// are in: `dir` when given, else the file's `[daemon] state_directory`, else
+/// `$STATE_DIRECTORY`, else the packaged unit's. Lines that are not rows are said on stderr.
+pub(super) fn recorded_rows(
+    dir: Option<&Path>,
+    daemon: &crate::model::DaemonSpec,
+    group: &str,
+    since: std::time::Duration,
+) -> Result<(PathBuf, Vec<crate::history::Record>), String> {
+    let dir = dir
+        .map(Path::to_owned)
+        .or_else(|| {
+            crate::history::directory(
+                daemon.state_directory.as_deref(),
+                std::env::var_os("STATE_DIRECTORY").as_deref(),
+            )
+        })
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIRECTORY));
+    let from = std::time::SystemTime::now()
+        .checked_sub(since)
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let from_ms = from
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let (rows, bad) = crate::history::read(&dir, group, from_ms)
+        .map_err(|e| format!("{}: cannot read the history of {group}: {e}", dir.display()))?;
+    if rows.is_empty() {
+        return Err(format!(
+            "{}: no pass of {group} recorded in the last {} (the daemon keeps each group's \
+             history in its state directory; see incus-hpa(8), FILES)",
+            dir.join("groups").join(group).display(),
+            humantime::format_duration(since)
+        ));
+    }
+    if bad > 0 {
+        eprintln!(
+            "{}: note: {bad} line(s) that are not rows were skipped",
+            dir.display()
+        );
+    }
+    Ok((dir, rows))
+}
+
+/// Where the packaged unit keeps the history (its `StateDirectory`).
+const DEFAULT_STATE_DIRECTORY: &str = "/var/lib/incus-hpa";
 
 /// The families `name` stands for: one, or every one for `all`.
 fn family_list(name: &str) -> Result<Vec<Family>, String> {
@@ -182,7 +322,7 @@ fn family_list(name: &str) -> Result<Vec<Family>, String> {
 }
 
 /// The load model of the arguments, for the group `spec`.
-fn model(args: &SimulateArgs, spec: &GroupSpec) -> Result<LoadModel, String> {
+fn model(args: &SimulateArgs, group: &str, spec: &GroupSpec) -> Result<LoadModel, String> {
     let file = args.config.display();
     let limit_mib = match args.limit_mib {
         Some(l) if l.is_finite() && l > 0.0 => l,
@@ -195,7 +335,7 @@ fn model(args: &SimulateArgs, spec: &GroupSpec) -> Result<LoadModel, String> {
             .and_then(|v| mib(v))
             .unwrap_or(1024.0),
         None => {
-            let key = format!("groups.{}.config.\"limits.memory\"", args.group);
+            let key = format!("groups.{group}.config.\"limits.memory\"");
             let value = spec.config.get("limits.memory").ok_or_else(|| {
                 format!("{file}: {key} is not set: the simulation needs each instance's limit (or --limit-mib)")
             })?;
@@ -251,14 +391,15 @@ fn replay(
     model: &LoadModel,
     trace_path: &Path,
     trace: &Trace,
+    start: std::time::SystemTime,
 ) -> Result<(), String> {
     let file = args.config.display();
+    let group = spec.name.as_str();
     let notes = fit::check(spec, trace, trace_path)?;
     if args.plot.is_some() && spec.memory_threshold.is_none() {
         return Err(format!(
-            "--plot: the plot draws memory demand and utilization, and group {:?} has no \
-             memory_threshold",
-            args.group
+            "--plot: the plot draws memory demand and utilization, and group {group:?} has no \
+             memory_threshold"
         ));
     }
     if args.policy == SimPolicy::Step && !fit::step_fits(trace) {
@@ -268,8 +409,8 @@ fn replay(
             trace_path.display()
         ));
     }
-    let clock = Clock::new(&spec.schedule, args.start)
-        .map_err(|e| format!("{file}: groups.{}: {e}", args.group))?;
+    let clock =
+        Clock::new(&spec.schedule, start).map_err(|e| format!("{file}: groups.{group}: {e}"))?;
     for note in notes {
         eprintln!("{note}");
     }
@@ -304,7 +445,7 @@ fn replay(
     if let Some(path) = &args.plot {
         let title = format!(
             "{} on {}",
-            args.group,
+            group,
             trace_path
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned())

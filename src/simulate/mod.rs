@@ -30,6 +30,8 @@
 //! `max` in force), `churn` (instances created plus removed), `flips` (changes of direction
 //! between successive scalings), `peak`. Pressure has no score of its own.
 
+pub mod advise;
+pub mod advise_cmd;
 mod clock;
 pub mod command;
 pub mod families;
@@ -37,6 +39,7 @@ pub mod fit;
 pub mod generate;
 pub mod hindsight;
 mod plot;
+pub mod recorded;
 mod trace;
 
 use std::time::Duration;
@@ -196,6 +199,22 @@ pub fn simulate_with(
     policy: SimPolicy,
     clock: &Clock,
 ) -> Run {
+    simulate_between(spec, trace, model, policy, clock, &mut |_, _, _| {})
+}
+
+/// What [`simulate_between`] calls before each pass that decides: the second, the group's
+/// history, and the clock's time then (a test restarts the daemon there).
+pub type BetweenPasses<'a> = dyn FnMut(u64, &mut History, Instant) + 'a;
+
+/// [`simulate_with`], calling `between` before each pass of the decision code.
+pub fn simulate_between(
+    spec: &GroupSpec,
+    trace: &Trace,
+    model: &LoadModel,
+    policy: SimPolicy,
+    clock: &Clock,
+    between: &mut BetweenPasses<'_>,
+) -> Run {
     let spec = GroupSpec {
         warm_pool: 0,
         paused: false,
@@ -332,6 +351,7 @@ pub fn simulate_with(
                         window,
                         ..Default::default()
                     };
+                    between(t, &mut history, t0 + Duration::from_secs(t));
                     let plan = decide(&spec, &obs, &mut history, t0 + Duration::from_secs(t));
                     for action in plan.actions {
                         match action {

@@ -10,6 +10,7 @@ mod fake;
 mod fences;
 mod generated;
 mod headroom;
+mod history;
 mod hooks_common;
 mod hooks_haproxy;
 mod hooks_nginx;

@@ -175,11 +175,34 @@ async fn the_control_socket_serves_status_and_metrics_and_nothing_else() {
         table.status.success() && out.contains("| web ") && out.contains("71.5%"),
         "{out}"
     );
-    // The scale-down window in force, and why.
     assert!(
-        out.contains("SCALE-DOWN WINDOW") && out.contains("holding 1m 30s after drops (learned: 3"),
+        out.lines().all(|l| l.chars().count() <= 100),
+        "the table fits in 100 columns:\n{out}"
+    );
+    // The group in detail: the scale-down window in force, and why; no history here.
+    let detail = tokio::process::Command::new(bin)
+        .args(["status", "web", "--control-socket"])
+        .arg(&path)
+        .args(["--config", "/nonexistent"])
+        .env("STATE_DIRECTORY", "/nonexistent")
+        .output()
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&detail.stdout);
+    assert!(
+        detail.status.success()
+            && out.contains("window       holding 1m 30s after drops (learned: 3")
+            && out.contains("last hour    no pass recorded"),
         "{out}"
     );
+    let unknown = tokio::process::Command::new(bin)
+        .args(["status", "db", "--control-socket"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no group \"db\" (its groups: web)"));
     let json = tokio::process::Command::new(bin)
         .args(["status", "--json", "--control-socket"])
         .arg(&path)

@@ -1,0 +1,192 @@
+//! Each group's history on disk, under the state directory (`[daemon] state_directory`, else
+//! the unit's `StateDirectory`, `/var/lib/incus-hpa`): below the reconciler, which hands it
+//! every pass and, once a minute per group, what the group's decisions have learned.
+//!
+//! ```text
+//! STATE/groups/NAME/passes.csv    one row per pass, the last day (see `record`)
+//! STATE/groups/NAME/minutes.csv   one row per minute, the six days before
+//! STATE/groups/NAME/learned.json  what decide had learned at the last save (`decide::Saved`)
+//! ```
+//!
+//! A pass' row is kept in memory and written with the group's next save, at most a minute
+//! later, and every row and save is written when the daemon stops: a crash or a full disk
+//! loses at most the last minute, and neither stops the daemon (a write that fails is said in
+//! the journal, at most once per group an hour). The writing happens on a thread of its own;
+//! the loop only hands it what to write, and drops it when the thread is that far behind. A
+//! save is written beside the last and renamed over it, so a crash mid-write leaves the last
+//! one. A `learned.json` that cannot be read is set aside as `learned.json.damaged` with one
+//! journal line, and the group starts fresh. A group taken out of the desired-state file keeps
+//! its directory for [`GRACE`], then it is removed.
+
+mod disk;
+pub mod record;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::decide::History;
+use crate::model::GroupSpec;
+pub use disk::{read, Loaded};
+pub use record::Record;
+
+/// How often a group's rows and what it learned are written, at most.
+pub const SAVE_EVERY: Duration = Duration::from_secs(60);
+/// How long a group taken out of the desired-state file keeps its history.
+pub const GRACE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The most rows kept in memory for one group between saves (the oldest go first).
+const MOST_ROWS: usize = 4096;
+
+/// The history of every group, or none when there is no state directory.
+pub struct Store {
+    inner: Option<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    writer: disk::Writer,
+    books: HashMap<String, Book>,
+}
+
+/// What one group has not written yet.
+#[derive(Default)]
+struct Book {
+    rows: String,
+    count: usize,
+    /// When the group was last saved; `None`: not since the daemon started.
+    saved: Option<Instant>,
+}
+
+impl Store {
+    /// A store that keeps nothing (no state directory).
+    pub fn none() -> Store {
+        Store { inner: None }
+    }
+
+    /// The store under `dir`, its writer started. Nothing is read or written before a group
+    /// asks.
+    pub fn open(dir: &Path) -> Store {
+        Store {
+            inner: Some(Inner {
+                dir: dir.to_owned(),
+                writer: disk::Writer::start(dir.to_owned()),
+                books: HashMap::new(),
+            }),
+        }
+    }
+
+    /// The directory, if any.
+    pub fn dir(&self) -> Option<&Path> {
+        self.inner.as_ref().map(|i| i.dir.as_path())
+    }
+
+    /// The history `spec`'s group resumes from at `now`: what its last save says, read back
+    /// on this clock (see [`History::resume`]); a new history when there is none, or when it
+    /// cannot be read (set aside, said once).
+    pub fn resume(&mut self, spec: &GroupSpec, now: Instant) -> History {
+        let Some(inner) = &mut self.inner else {
+            return History::default();
+        };
+        let group = spec.name.as_str();
+        match disk::load(&inner.dir, group) {
+            Loaded::Nothing => History::default(),
+            Loaded::Damaged(why) => {
+                tracing::warn!(group, "{why}: the group starts with a new history");
+                History::default()
+            }
+            Loaded::Saved(saved, at) => {
+                let gone = SystemTime::now().duration_since(at).unwrap_or_default();
+                let history = History::resume(spec, &saved, gone, now);
+                tracing::info!(
+                    group,
+                    "{group} resumes from its history saved {} ago ({} demand samples{})",
+                    humantime::format_duration(Duration::from_secs(gone.as_secs())),
+                    saved.samples(),
+                    if history.desired().is_some() {
+                        ""
+                    } else {
+                        "; older than its scale-down window: from the count it finds"
+                    }
+                );
+                history
+            }
+        }
+    }
+
+    /// Whether passes are kept (there is a state directory).
+    pub fn keeps(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Takes in one pass of `group` (see [`Record::of`]).
+    pub fn pass(&mut self, group: &str, row: &Record) {
+        let Some(inner) = &mut self.inner else { return };
+        let book = inner.books.entry(group.to_owned()).or_default();
+        if book.count >= MOST_ROWS {
+            // The writer is far behind or failing: the oldest rows go.
+            if let Some(end) = book.rows.find('\n') {
+                book.rows.drain(..=end);
+                book.count -= 1;
+            }
+        }
+        book.rows.push_str(&row.line());
+        book.count += 1;
+    }
+
+    /// Whether `group` is due a save at `now` (never saved since the start, or [`SAVE_EVERY`]
+    /// ago).
+    pub fn due(&self, group: &str, now: Instant) -> bool {
+        self.inner.as_ref().is_some_and(|i| {
+            i.books.get(group).is_some_and(|b| {
+                b.saved
+                    .is_none_or(|s| now.saturating_duration_since(s) >= SAVE_EVERY)
+            })
+        })
+    }
+
+    /// Writes `group`'s rows and `history`, as learned at `now`.
+    pub fn save(&mut self, group: &str, history: &History, now: Instant) {
+        let Some(inner) = &mut self.inner else { return };
+        let book = inner.books.entry(group.to_owned()).or_default();
+        book.saved = Some(now);
+        let rows = std::mem::take(&mut book.rows);
+        book.count = 0;
+        inner.writer.send(disk::Job::Save {
+            group: group.to_owned(),
+            rows,
+            saved: Box::new(history.save(now)),
+            at: SystemTime::now(),
+        });
+    }
+
+    /// The groups declared now: the history of a group no longer declared is removed once it
+    /// has not been written for [`GRACE`].
+    pub fn declared(&mut self, groups: impl IntoIterator<Item = String>) {
+        let Some(inner) = &mut self.inner else { return };
+        let groups: Vec<String> = groups.into_iter().collect();
+        inner.books.retain(|g, _| groups.contains(g));
+        inner.writer.send(disk::Job::Prune { declared: groups });
+    }
+
+    /// Waits until everything handed to the writer is on disk (or failed), at most `within`.
+    pub fn flush(&mut self, within: Duration) {
+        if let Some(inner) = &mut self.inner {
+            inner.writer.flush(within);
+        }
+    }
+}
+
+/// The state directory in force: `[daemon] state_directory` when set, else the first of
+/// `STATE_DIRECTORY` (set by systemd from the unit's `StateDirectory=`), else none.
+pub fn directory(key: Option<&Path>, env: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    key.map(Path::to_owned).or_else(|| {
+        let env = env?.to_str()?;
+        env.split(':')
+            .find(|p| p.starts_with('/'))
+            .map(PathBuf::from)
+    })
+}

@@ -1,0 +1,126 @@
+//! Right-sizing advice: for a group scaled on memory, the per-instance `limits.memory` that
+//! would have cost least on its own recorded history, found by replaying its demand through the
+//! decision code (under the group's own policy and settings) at candidate sizes around the one
+//! it has. Pure: the rows come in, the advice goes out; nothing is applied.
+//!
+//! Sizing and counting fight when both follow the same signal (the VPA and the HPA on one
+//! metric): a larger size lowers the utilization the count follows, the count drops, the
+//! utilization rises, and each undoes the other. Here the count stays the daemon's, and a size
+//! is judged by what the count would have done with it over the whole history: the least
+//! memory reserved (instances × limit, over time) among the sizes under which the group would
+//! have been at its limit and overloaded no longer than under the size it has.
+
+use serde::Serialize;
+
+use super::{recorded, simulate_with, Clock, LoadModel, Run, SimPolicy, Trace};
+use crate::history::Record;
+use crate::model::GroupSpec;
+
+/// The sizes tried, as fractions of the group's own.
+pub const SIZES: [f64; 7] = [0.5, 0.625, 0.75, 0.875, 1.0, 1.25, 1.5];
+/// Sizes are rounded to this many MiB.
+const STEP_MIB: f64 = 8.0;
+
+/// What the group's history would have been like at one size.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    pub limit_mib: f64,
+    pub instance_hours: f64,
+    /// Instance-hours times the limit: the memory the group would have reserved.
+    pub memory_gib_hours: f64,
+    pub oom_s: u64,
+    pub overload_s: u64,
+    pub churn: u64,
+    /// The lowest and highest count of the replay.
+    pub fewest: u32,
+    pub most: u32,
+}
+
+/// The advice for one group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Advice {
+    pub group: String,
+    /// How long the history replayed lasts.
+    pub hours: f64,
+    /// The size the group has, replayed.
+    pub current: Candidate,
+    /// The size that would have cost least: `current` when no other did.
+    pub advised: Candidate,
+    /// Every size replayed, smallest first.
+    pub candidates: Vec<Candidate>,
+}
+
+fn candidate(limit_mib: f64, run: &Run) -> Candidate {
+    let instance_s: u64 = run.timeline.iter().map(|s| u64::from(s.instances)).sum();
+    let instance_hours = instance_s as f64 / 3600.0;
+    Candidate {
+        limit_mib,
+        instance_hours,
+        memory_gib_hours: instance_hours * limit_mib / 1024.0,
+        oom_s: run.scores.oom_s,
+        overload_s: run.scores.overload_s,
+        churn: run.scores.churn,
+        fewest: run.timeline.iter().map(|s| s.instances).min().unwrap_or(0),
+        most: run.timeline.iter().map(|s| s.instances).max().unwrap_or(0),
+    }
+}
+
+/// The advice for the group `spec` (scaled on memory, each instance's limit `model.limit_mib`)
+/// from its recorded `rows` (oldest first), the schedule windows on `clock`.
+pub fn advise(
+    spec: &GroupSpec,
+    rows: &[Record],
+    model: &LoadModel,
+    clock: &Clock,
+) -> Result<Advice, String> {
+    if spec.memory_threshold.is_none() {
+        return Err("advice sizes memory, and the group has no memory_threshold".into());
+    }
+    let csv = recorded::trace_csv(spec, rows, model.base_mib)?;
+    let trace =
+        Trace::parse(std::path::Path::new("history.csv"), &csv).map_err(|e| e.to_string())?;
+    let mut sizes: Vec<f64> = SIZES
+        .iter()
+        .map(|f| ((model.limit_mib * f) / STEP_MIB).round() * STEP_MIB)
+        .filter(|l| *l > model.base_mib + STEP_MIB)
+        .collect();
+    sizes.push(model.limit_mib);
+    sizes.sort_by(f64::total_cmp);
+    sizes.dedup();
+    let candidates: Vec<Candidate> = sizes
+        .iter()
+        .map(|&limit_mib| {
+            let m = LoadModel {
+                limit_mib,
+                ..*model
+            };
+            candidate(
+                limit_mib,
+                &simulate_with(spec, &trace, &m, SimPolicy::Default, clock),
+            )
+        })
+        .collect();
+    let current = candidates
+        .iter()
+        .find(|c| c.limit_mib == model.limit_mib)
+        .cloned()
+        .ok_or("the group's own size was not replayed")?;
+    let advised = candidates
+        .iter()
+        .filter(|c| c.oom_s <= current.oom_s && c.overload_s <= current.overload_s)
+        .min_by(|a, b| a.memory_gib_hours.total_cmp(&b.memory_gib_hours))
+        .filter(|c| c.memory_gib_hours < current.memory_gib_hours * 0.99)
+        .cloned()
+        .unwrap_or_else(|| current.clone());
+    Ok(Advice {
+        group: spec.name.to_string(),
+        hours: trace.seconds() as f64 / 3600.0,
+        current,
+        advised,
+        candidates,
+    })
+}
+
+#[cfg(test)]
+#[path = "advise_tests.rs"]
+mod tests;
