@@ -15,7 +15,10 @@
 //! The daemon gets the descriptor limits of a systemd service (1,024 soft, 524,288 hard).
 //! Run: `cargo bench --bench fleet -- 10000/1000` (sizes as INSTANCES/GROUPS; default
 //! 1000/100 10000/1000), `FLEET_SECONDS=20` for the steady window; `FLEET_BEFORE=PATH` runs
-//! another build of the daemon on each size too, just before this one (side by side).
+//! another build of the daemon on each size too, just before this one (side by side);
+//! `FLEET_HISTORY=1` gives this build (not `FLEET_BEFORE`'s, which may not know the key) a
+//! state directory, where it keeps each group's history: with `FLEET_BEFORE` set to this same
+//! build, the cost of the history side by side.
 
 mod support;
 
@@ -247,11 +250,17 @@ fn world(root: &Path, groups: usize, per: usize) -> Bytes {
     Bytes::from(body.to_string())
 }
 
-fn desired_state(dir: &Path, groups: usize, per: usize) -> String {
+fn desired_state(dir: &Path, groups: usize, per: usize, history: bool) -> String {
     let mut text = format!(
         "[daemon]\ninterval = \"1s\"\ncontrol_socket = \"{}\"\nmemory_source = \"cgroup\"\n",
         dir.join("control.sock").display()
     );
+    if history {
+        text.push_str(&format!(
+            "state_directory = \"{}\"\n",
+            dir.join("state").display()
+        ));
+    }
     for g in 0..groups {
         let group = group_name(g);
         text.push_str(&format!(
@@ -479,7 +488,9 @@ fn run(n: usize, groups: usize, label: &str, bin: &Path, window: u64) {
     let socket = dir.join("incus.sock");
     serve(&socket, fake.clone());
     let file = dir.join("desired-state.toml");
-    std::fs::write(&file, desired_state(&dir, groups, per)).expect("the file");
+    let history = label == "this build"
+        && std::env::var_os("FLEET_HISTORY").is_some_and(|v| !v.is_empty() && v != "0");
+    std::fs::write(&file, desired_state(&dir, groups, per, history)).expect("the file");
     let log = std::fs::File::create(dir.join("daemon.log")).expect("the log");
     let started = Instant::now();
     let daemon = Daemon(

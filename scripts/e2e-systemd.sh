@@ -167,7 +167,7 @@ grep -q "permission denied" <<<"$out" || fail "the outsider's message is unclear
 
 log "each group's history in the unit's StateDirectory, resumed after a restart"
 history=/var/lib/incus-hpa/groups/$group
-until_ok "the history of $group in $history" 30 in_ct test -s $history/learned.json
+until_ok "the history of $group in $history" 90 in_ct test -s $history/learned.json
 [ "$(in_ct stat -c %U:%a $history/passes.csv)" = incus-hpa:600 ] || fail "the history is not the daemon's alone"
 in_ct systemctl restart incus-hpa
 resumed() { [ "$(journal -o cat | grep -c "$group resumes from its history saved")" -gt 0 ]; }

@@ -191,9 +191,9 @@ pub fn keys() -> Vec<Key> {
             default: d("$STATE_DIRECTORY (the packaged unit's /var/lib/incus-hpa), else none"),
             range: None,
             applies: AtStart,
-            doc: "Where each group's history is kept: a row per pass for a day, a row per \
-                  minute for the week before, and what the adaptive policy has learned, saved \
-                  at most a minute apart and when the daemon stops. A restarted daemon \
+            doc: "Where each group's history is kept: a row per pass for a day (written every \
+                  10 s), a row per minute for the week before, and what the adaptive policy \
+                  has learned, saved once a minute and when the daemon stops. A restarted daemon \
                   resumes each group from it and decides as if it had never stopped; without \
                   a directory a restart starts every group afresh. A crash or a full disk \
                   loses at most the last minute and never stops the daemon; a save that \

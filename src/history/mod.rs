@@ -8,9 +8,10 @@
 //! STATE/groups/NAME/learned.json  what decide had learned at the last save (`decide::Saved`)
 //! ```
 //!
-//! A pass' row is kept in memory and written with the group's next save, at most a minute
-//! later, and every row and save is written when the daemon stops: a crash or a full disk
-//! loses at most the last minute, and neither stops the daemon (a write that fails is said in
+//! A pass' row is kept in memory and the rows of every group are written every
+//! [`ROWS_EVERY`] in one job; each group is saved every [`SAVE_EVERY`], at an offset of its
+//! own; every row and save is written when the daemon stops: a crash or a full disk loses at
+//! most the last minute, and neither stops the daemon (a write that fails is said in
 //! the journal, at most once per group an hour). The writing happens on a thread of its own;
 //! the loop only hands it what to write, and drops it when the thread is that far behind. A
 //! save is written beside the last and renamed over it, so a crash mid-write leaves the last
@@ -38,7 +39,9 @@ pub use record::Record;
 pub const SAVE_EVERY: Duration = Duration::from_secs(60);
 /// How long a group taken out of the desired-state file keeps its history.
 pub const GRACE: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The most rows kept in memory for one group between saves (the oldest go first).
+/// How often the rows of every group are handed to the writer, together.
+pub const ROWS_EVERY: Duration = Duration::from_secs(10);
+/// The most rows kept in memory for one group between writes (the oldest go first).
 const MOST_ROWS: usize = 4096;
 
 /// The history of every group, or none when there is no state directory.
@@ -50,15 +53,33 @@ struct Inner {
     dir: PathBuf,
     writer: disk::Writer,
     books: HashMap<String, Book>,
+    /// When the rows of every group are next handed to the writer.
+    rows_next: Option<Instant>,
 }
 
 /// What one group has not written yet.
-#[derive(Default)]
 struct Book {
     rows: String,
     count: usize,
-    /// When the group was last saved; `None`: not since the daemon started.
-    saved: Option<Instant>,
+    /// When the group is next saved.
+    next: Instant,
+}
+
+impl Book {
+    /// A group first seen at `now`: saved first within [`SAVE_EVERY`], at a time of its own,
+    /// so that a thousand groups that start together are not all saved at once.
+    fn new(group: &str, now: Instant) -> Book {
+        // FNV-1a: the same offset for the same group at every start.
+        let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let offset = Duration::from_millis(hash % SAVE_EVERY.as_millis() as u64);
+        Book {
+            rows: String::new(),
+            count: 0,
+            next: now + offset,
+        }
+    }
 }
 
 impl Store {
@@ -75,6 +96,7 @@ impl Store {
                 dir: dir.to_owned(),
                 writer: disk::Writer::start(dir.to_owned()),
                 books: HashMap::new(),
+                rows_next: None,
             }),
         }
     }
@@ -122,10 +144,13 @@ impl Store {
         self.inner.is_some()
     }
 
-    /// Takes in one pass of `group` (see [`Record::of`]).
-    pub fn pass(&mut self, group: &str, row: &Record) {
+    /// Takes in one pass of `group` at `now` (see [`Record::of`]).
+    pub fn pass(&mut self, group: &str, row: &Record, now: Instant) {
         let Some(inner) = &mut self.inner else { return };
-        let book = inner.books.entry(group.to_owned()).or_default();
+        let book = inner
+            .books
+            .entry(group.to_owned())
+            .or_insert_with(|| Book::new(group, now));
         if book.count >= MOST_ROWS {
             // The writer is far behind or failing: the oldest rows go.
             if let Some(end) = book.rows.find('\n') {
@@ -137,22 +162,49 @@ impl Store {
         book.count += 1;
     }
 
-    /// Whether `group` is due a save at `now` (never saved since the start, or [`SAVE_EVERY`]
-    /// ago).
+    /// Whether `group` is due a save at `now`: every [`SAVE_EVERY`], the first time at an
+    /// offset of its own from its first pass.
     pub fn due(&self, group: &str, now: Instant) -> bool {
-        self.inner.as_ref().is_some_and(|i| {
-            i.books.get(group).is_some_and(|b| {
-                b.saved
-                    .is_none_or(|s| now.saturating_duration_since(s) >= SAVE_EVERY)
+        self.inner
+            .as_ref()
+            .is_some_and(|i| i.books.get(group).is_some_and(|b| now >= b.next))
+    }
+
+    /// Hands the rows of every group to the writer, in one job, when [`ROWS_EVERY`] has
+    /// passed since the last time (so that a minute of a thousand groups' rows is not all
+    /// in memory at once).
+    pub fn write_rows(&mut self, now: Instant) {
+        let Some(inner) = &mut self.inner else { return };
+        let next = *inner.rows_next.get_or_insert(now + ROWS_EVERY);
+        if now < next {
+            return;
+        }
+        inner.rows_next = Some(now + ROWS_EVERY);
+        let rows: Vec<(String, String)> = inner
+            .books
+            .iter_mut()
+            .filter(|(_, b)| !b.rows.is_empty())
+            .map(|(g, b)| {
+                b.count = 0;
+                (g.clone(), std::mem::take(&mut b.rows))
             })
-        })
+            .collect();
+        if !rows.is_empty() {
+            inner.writer.send(disk::Job::Rows {
+                rows,
+                at: SystemTime::now(),
+            });
+        }
     }
 
     /// Writes `group`'s rows and `history`, as learned at `now`.
     pub fn save(&mut self, group: &str, history: &History, now: Instant) {
         let Some(inner) = &mut self.inner else { return };
-        let book = inner.books.entry(group.to_owned()).or_default();
-        book.saved = Some(now);
+        let book = inner
+            .books
+            .entry(group.to_owned())
+            .or_insert_with(|| Book::new(group, now));
+        book.next = now + SAVE_EVERY;
         let rows = std::mem::take(&mut book.rows);
         book.count = 0;
         inner.writer.send(disk::Job::Save {

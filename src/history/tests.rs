@@ -62,12 +62,18 @@ fn passes_and_what_was_learned_are_written_and_read_back() {
     let s = spec(1, 10, 60.0);
     let mut store = Store::open(dir.path());
     let t = now_ms();
-    store.pass("web", &row(t, 2, 10.0));
-    store.pass("web", &row(t + 1000, 3, 20.0));
-    assert!(store.due("web", Instant::now()));
+    let start = Instant::now();
+    store.pass("web", &row(t, 2, 10.0), start);
+    store.pass("web", &row(t + 1000, 3, 20.0), start);
+    // First saved within a minute of its first pass, at an offset of its own.
+    assert!(store.due("web", start + SAVE_EVERY));
     let h = learned();
-    store.save("web", &h, Instant::now());
-    assert!(!store.due("web", Instant::now()), "saved a moment ago");
+    store.save("web", &h, start);
+    assert!(
+        !store.due("web", start + SAVE_EVERY / 2),
+        "saved a moment ago"
+    );
+    assert!(store.due("web", start + SAVE_EVERY));
     store.flush(WAIT);
     let (rows, bad) = read(dir.path(), "web", 0).unwrap();
     assert_eq!(
@@ -86,7 +92,7 @@ fn a_crash_mid_write_loses_neither_the_last_save_nor_the_rows_after_it() {
     let s = spec(1, 10, 60.0);
     let mut store = Store::open(dir.path());
     let t = now_ms();
-    store.pass("web", &row(t, 2, 10.0));
+    store.pass("web", &row(t, 2, 10.0), Instant::now());
     store.save("web", &learned(), Instant::now());
     store.flush(WAIT);
     drop(store);
@@ -101,7 +107,7 @@ fn a_crash_mid_write_loses_neither_the_last_save_nor_the_rows_after_it() {
     drop(passes);
     let mut store = Store::open(dir.path());
     assert_eq!(store.resume(&s, Instant::now()).desired(), Some(3));
-    store.pass("web", &row(t + 2000, 4, 30.0));
+    store.pass("web", &row(t + 2000, 4, 30.0), Instant::now());
     store.save("web", &learned(), Instant::now());
     store.flush(WAIT);
     let (rows, bad) = read(dir.path(), "web", 0).unwrap();
@@ -152,7 +158,7 @@ fn a_day_of_passes_is_folded_into_minutes_and_a_week_is_kept() {
         row(minute + 2000, 5, 7.0),
         row(now - hour, 3, 12.0),
     ] {
-        store.pass("web", &r);
+        store.pass("web", &r, Instant::now());
     }
     store.save("web", &learned(), Instant::now());
     store.flush(WAIT);
@@ -178,7 +184,7 @@ fn a_group_no_longer_declared_keeps_its_history_for_the_grace_period() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path());
     for g in ["web", "old", "gone"] {
-        store.pass(g, &row(now_ms(), 1, 1.0));
+        store.pass(g, &row(now_ms(), 1, 1.0), Instant::now());
         store.save(g, &learned(), Instant::now());
     }
     store.flush(WAIT);
@@ -205,7 +211,7 @@ fn a_directory_that_cannot_be_written_stops_nothing() {
     // `groups` is a file: nothing can be written under it.
     fs::write(dir.path().join("groups"), b"").unwrap();
     let mut store = Store::open(dir.path());
-    store.pass("web", &row(now_ms(), 1, 1.0));
+    store.pass("web", &row(now_ms(), 1, 1.0), Instant::now());
     store.save("web", &learned(), Instant::now());
     store.flush(WAIT);
     assert!(matches!(
@@ -213,7 +219,7 @@ fn a_directory_that_cannot_be_written_stops_nothing() {
         Loaded::Damaged(_) | Loaded::Nothing
     ));
     // The store goes on: the next rows are kept for the next save.
-    store.pass("web", &row(now_ms(), 2, 1.0));
+    store.pass("web", &row(now_ms(), 2, 1.0), Instant::now());
 }
 
 #[test]
@@ -229,4 +235,24 @@ fn the_directory_is_the_key_else_the_units() {
         Some("/var/lib/incus-hpa".into())
     );
     assert_eq!(directory(None, None), None);
+}
+
+#[test]
+fn rows_are_written_every_few_seconds_without_a_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path());
+    let (t, start) = (now_ms(), Instant::now());
+    store.pass("web", &row(t, 2, 10.0), start);
+    store.pass("db", &row(t, 1, 5.0), start);
+    store.write_rows(start);
+    store.flush(WAIT);
+    assert_eq!(read(dir.path(), "web", 0).unwrap().0, vec![], "not yet");
+    store.write_rows(start + ROWS_EVERY);
+    store.flush(WAIT);
+    assert_eq!(read(dir.path(), "web", 0).unwrap().0, vec![row(t, 2, 10.0)]);
+    assert_eq!(read(dir.path(), "db", 0).unwrap().0, vec![row(t, 1, 5.0)]);
+    assert!(
+        matches!(disk::load(dir.path(), "web"), Loaded::Nothing),
+        "no save yet"
+    );
 }

@@ -298,7 +298,7 @@ fn files(p: &mut Page) {
              decision's reason); minutes.csv, a row per minute for the six days before; \
              learned.json, what the decisions had learned at the last save, at most a minute \
              old, from which a restarted daemon resumes the group. About 0.3 MiB per group a \
-             day at interval = \"15s\" and 5 MiB at \"1s\", and 0.7 MiB for the week of \
+             day at interval = \"15s\" and 5 MiB at \"1s\", and 0.5 MiB for the week of \
              minutes. Removed 7 days after the group leaves the desired-state file, and \
              by apt purge.",
         ),

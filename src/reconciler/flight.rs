@@ -256,10 +256,11 @@ impl Reconciler {
             carried.windows = windows(&g.spec);
         }
         if let Some(row) = &work.record {
-            self.history.pass(name.as_str(), row);
+            self.history.pass(name.as_str(), row, now);
             if self.history.due(name.as_str(), now) {
                 self.history.save(name.as_str(), &carried.history, now);
             }
+            self.history.write_rows(now);
         }
         g.carried = Some(carried);
         match result {
