@@ -128,9 +128,7 @@ pub async fn status(
         println!("{}", serde_json::to_string(g)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now_ms = crate::history::unix_ms(std::time::SystemTime::now());
     let since = now_ms - crate::control::detail::CHART_MINUTES as i64 * 60_000;
     let rows = crate::history::read(&asked.dir, name, since);
     let why;

@@ -56,14 +56,7 @@ pub fn detail(g: &GroupStatus, rows: Result<&[Record], &str>, now_ms: i64) -> St
             )
         })
         .collect();
-    field(
-        "signals",
-        if signals.is_empty() {
-            "-".into()
-        } else {
-            signals.join("\n               ")
-        },
-    );
+    field("signals", lines(&signals));
     field(
         "window",
         g.scale_down_window
@@ -109,19 +102,21 @@ pub fn detail(g: &GroupStatus, rows: Result<&[Record], &str>, now_ms: i64) -> St
             s
         })
         .collect();
-    field(
-        "instances",
-        if instances.is_empty() {
-            "-".into()
-        } else {
-            instances.join("\n               ")
-        },
-    );
+    field("instances", lines(&instances));
     text.push_str(&match rows {
         Ok(rows) => chart(rows, now_ms),
         Err(why) => format!("  {:<13}{why}\n", "last hour"),
     });
     text
+}
+
+/// `items` one under the other in a field's column, or `-` for none.
+fn lines(items: &[String]) -> String {
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items.join("\n               ")
+    }
 }
 
 /// The last hour of `rows` as two lines of bars, a column a minute ending at `now_ms`: the

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{by_minute, Record, HEADER};
+use super::record::{at_unix_ms, by_minute, unix_ms, Record, HEADER};
 use crate::decide::Saved;
 
 /// How long rows stay at pass resolution.
@@ -122,7 +122,7 @@ fn write_all(dir: &Path, jobs: Receiver<Job>) {
                 at,
             } => {
                 let f = files.entry(group.clone()).or_default();
-                if let Err(e) = save(dir, &group, &rows, &saved, at, f) {
+                if let Err(e) = save(dir, &group, &rows, *saved, at, f) {
                     say(dir, &group, f, &e);
                 }
             }
@@ -175,25 +175,20 @@ fn group_dir(dir: &Path, group: &str) -> PathBuf {
     dir.join("groups").join(group)
 }
 
-fn ms(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// Appends `rows` to `group`'s passes (folding a day of them into minutes when due) and
 /// writes `saved` over its last save.
 fn save(
     dir: &Path,
     group: &str,
     rows: &str,
-    saved: &Saved,
+    saved: Saved,
     at: SystemTime,
     f: &mut Files,
 ) -> io::Result<()> {
     append_rows(dir, group, rows, at, f)?;
     let learned = LearnedFile {
-        saved_at_unix_ms: ms(at),
-        history: saved.clone(),
+        saved_at_unix_ms: unix_ms(at),
+        history: saved,
     };
     let json = serde_json::to_vec(&learned).map_err(io::Error::other)?;
     replace(&group_dir(dir, group).join("learned.json"), &json)
@@ -228,7 +223,7 @@ fn append_rows(
                 .map(|r| r.unix_ms);
         }
     }
-    let now = ms(at);
+    let now = unix_ms(at);
     if f.first_ms
         .is_some_and(|first| now - first > DAY_MS + SLACK_MS)
     {
@@ -364,9 +359,7 @@ pub(super) fn load(dir: &Path, group: &str) -> Loaded {
     };
     let why = match serde_json::from_slice::<LearnedFile>(&bytes) {
         Ok(f) if f.history.version == crate::decide::saved::VERSION => {
-            let at = SystemTime::UNIX_EPOCH
-                + Duration::from_millis(u64::try_from(f.saved_at_unix_ms).unwrap_or(0));
-            return Loaded::Saved(Box::new(f.history), at);
+            return Loaded::Saved(Box::new(f.history), at_unix_ms(f.saved_at_unix_ms));
         }
         Ok(f) => format!(
             "version {} (this daemon reads {})",

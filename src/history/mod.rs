@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use crate::decide::History;
 use crate::model::GroupSpec;
 pub use disk::{read, Loaded};
-pub use record::Record;
+pub use record::{at_unix_ms, unix_ms, Record};
 
 /// How often a group's rows and what it learned are written, at most.
 pub const SAVE_EVERY: Duration = Duration::from_secs(60);
@@ -79,6 +79,21 @@ impl Book {
             count: 0,
             next: now + offset,
         }
+    }
+
+    /// The rows not handed to the writer yet, taken.
+    fn take_rows(&mut self) -> String {
+        self.count = 0;
+        std::mem::take(&mut self.rows)
+    }
+}
+
+impl Inner {
+    /// `group`'s book, begun at `now` for a group not seen before.
+    fn book(&mut self, group: &str, now: Instant) -> &mut Book {
+        self.books
+            .entry(group.to_owned())
+            .or_insert_with(|| Book::new(group, now))
     }
 }
 
@@ -147,10 +162,7 @@ impl Store {
     /// Takes in one pass of `group` at `now` (see [`Record::of`]).
     pub fn pass(&mut self, group: &str, row: &Record, now: Instant) {
         let Some(inner) = &mut self.inner else { return };
-        let book = inner
-            .books
-            .entry(group.to_owned())
-            .or_insert_with(|| Book::new(group, now));
+        let book = inner.book(group, now);
         if book.count >= MOST_ROWS {
             // The writer is far behind or failing: the oldest rows go.
             if let Some(end) = book.rows.find('\n') {
@@ -184,10 +196,7 @@ impl Store {
             .books
             .iter_mut()
             .filter(|(_, b)| !b.rows.is_empty())
-            .map(|(g, b)| {
-                b.count = 0;
-                (g.clone(), std::mem::take(&mut b.rows))
-            })
+            .map(|(g, b)| (g.clone(), b.take_rows()))
             .collect();
         if !rows.is_empty() {
             inner.writer.send(disk::Job::Rows {
@@ -200,13 +209,9 @@ impl Store {
     /// Writes `group`'s rows and `history`, as learned at `now`.
     pub fn save(&mut self, group: &str, history: &History, now: Instant) {
         let Some(inner) = &mut self.inner else { return };
-        let book = inner
-            .books
-            .entry(group.to_owned())
-            .or_insert_with(|| Book::new(group, now));
+        let book = inner.book(group, now);
         book.next = now + SAVE_EVERY;
-        let rows = std::mem::take(&mut book.rows);
-        book.count = 0;
+        let rows = book.take_rows();
         inner.writer.send(disk::Job::Save {
             group: group.to_owned(),
             rows,
@@ -230,6 +235,16 @@ impl Store {
             inner.writer.flush(within);
         }
     }
+}
+
+/// Where the packaged unit keeps the history (its `StateDirectory`).
+pub const PACKAGED_DIRECTORY: &str = "/var/lib/incus-hpa";
+
+/// The state directory a command reads the history from: [`directory`] with this process'
+/// `STATE_DIRECTORY`, else the packaged unit's.
+pub fn read_from(key: Option<&Path>) -> PathBuf {
+    directory(key, std::env::var_os("STATE_DIRECTORY").as_deref())
+        .unwrap_or_else(|| PathBuf::from(PACKAGED_DIRECTORY))
 }
 
 /// The state directory in force: `[daemon] state_directory` when set, else the first of

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::time::SystemTime;
 
 use crate::model::{Observation, Plan};
 
@@ -38,6 +39,17 @@ pub struct Record {
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// `t` in milliseconds since the Unix epoch, as rows keep time (0 before it).
+pub fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The instant of `unix_ms` (the epoch for a time before it).
+pub fn at_unix_ms(unix_ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(unix_ms).unwrap_or(0))
+}
 
 impl Record {
     /// The row of a pass that observed `obs` and planned `plan` at `unix_ms`; `kills` holds

@@ -261,9 +261,7 @@ pub(super) async fn reconcile(
     let busy = standby.is_none() && !plan.actions.is_empty();
     report::decision(spec, &plan, changed || busy, standby.as_deref());
     if given.keeps {
-        let unix_ms = wall
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let unix_ms = crate::history::unix_ms(wall);
         *record = Some(crate::history::Record::of(
             &obs,
             &plan,

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::advise::{advise, Advice};
-use super::command::recorded_rows;
+use super::command::{exit, located, recorded_rows};
 use super::{Clock, LoadModel};
 use crate::config::{self, DEFAULT_PATH};
 use crate::model::size::mib;
@@ -45,21 +45,11 @@ pub struct AdviseArgs {
 
 /// Runs `incus-hpa advise`.
 pub fn run(args: &AdviseArgs) -> ExitCode {
-    match try_run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("{message}");
-            ExitCode::from(1)
-        }
-    }
+    exit(try_run(args))
 }
 
 fn try_run(args: &AdviseArgs) -> Result<(), String> {
-    let loaded = config::load(&args.config).map_err(|e| {
-        let mut lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
-        lines.push(e.to_string());
-        lines.join("\n")
-    })?;
+    let loaded = config::load(&args.config).map_err(located)?;
     let file = args.config.display();
     let groups: Vec<&GroupSpec> = match &args.group {
         Some(name) => vec![loaded
@@ -121,7 +111,7 @@ fn one(
         ));
     }
     let (dir, rows) = recorded_rows(args.state_directory.as_deref(), daemon, group, args.since)?;
-    let start = std::time::UNIX_EPOCH + Duration::from_millis(rows[0].unix_ms.max(0) as u64);
+    let start = crate::history::at_unix_ms(rows[0].unix_ms);
     let clock =
         Clock::new(&spec.schedule, start).map_err(|e| format!("{file}: groups.{group}: {e}"))?;
     let model = LoadModel {

@@ -115,13 +115,25 @@ pub enum Format {
 
 /// Runs `incus-hpa simulate`.
 pub fn run(args: &SimulateArgs) -> ExitCode {
-    match try_run(args) {
+    exit(try_run(args))
+}
+
+/// A command's outcome as its exit status: 0, or 1 with the message on stderr.
+pub(super) fn exit(result: Result<(), String>) -> ExitCode {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("{message}");
             ExitCode::from(1)
         }
     }
+}
+
+/// Every problem of a refused desired-state file, located, then the refusal: one per line.
+pub(super) fn located(e: config::ConfigError) -> String {
+    let mut lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
+    lines.push(e.to_string());
+    lines.join("\n")
 }
 
 fn try_run(args: &SimulateArgs) -> Result<(), String> {
@@ -206,11 +218,6 @@ fn try_run(args: &SimulateArgs) -> Result<(), String> {
 
 /// The desired-state file, with the `--set` changes made to `group`'s table.
 fn load(args: &SimulateArgs, group: &str) -> Result<config::Loaded, String> {
-    let located = |e: config::ConfigError| {
-        let mut lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
-        lines.push(e.to_string());
-        lines.join("\n")
-    };
     if args.set.is_empty() {
         return config::load(&args.config).map_err(located);
     }
@@ -239,8 +246,7 @@ fn replay_history(
     }
     let name = PathBuf::from(format!("{group}-history.csv"));
     let trace = Trace::parse(&name, &csv).map_err(|e| e.to_string())?;
-    let start =
-        std::time::UNIX_EPOCH + std::time::Duration::from_millis(rows[0].unix_ms.max(0) as u64);
+    let start = crate::history::at_unix_ms(rows[0].unix_ms);
     let recorded = super::recorded::as_recorded(&rows);
     match args.format {
         Format::Table => println!(
@@ -271,21 +277,14 @@ pub(super) fn recorded_rows(
     group: &str,
     since: std::time::Duration,
 ) -> Result<(PathBuf, Vec<crate::history::Record>), String> {
-    let dir = dir
-        .map(Path::to_owned)
-        .or_else(|| {
-            crate::history::directory(
-                daemon.state_directory.as_deref(),
-                std::env::var_os("STATE_DIRECTORY").as_deref(),
-            )
-        })
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIRECTORY));
+    let dir = dir.map_or_else(
+        || crate::history::read_from(daemon.state_directory.as_deref()),
+        Path::to_owned,
+    );
     let from = std::time::SystemTime::now()
         .checked_sub(since)
         .unwrap_or(std::time::UNIX_EPOCH);
-    let from_ms = from
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let from_ms = crate::history::unix_ms(from);
     let (rows, bad) = crate::history::read(&dir, group, from_ms)
         .map_err(|e| format!("{}: cannot read the history of {group}: {e}", dir.display()))?;
     if rows.is_empty() {
@@ -304,9 +303,6 @@ pub(super) fn recorded_rows(
     }
     Ok((dir, rows))
 }
-
-/// Where the packaged unit keeps the history (its `StateDirectory`).
-const DEFAULT_STATE_DIRECTORY: &str = "/var/lib/incus-hpa";
 
 /// The families `name` stands for: one, or every one for `all`.
 fn family_list(name: &str) -> Result<Vec<Family>, String> {
