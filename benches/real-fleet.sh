@@ -99,6 +99,11 @@ passes() {
     curl -s --unix-socket "$sock" http://incus-hpa/metrics |
         awk '/^incus_hpa_reconcile_duration_seconds_count/ { s += $2 } END { print s + 0 }'
 }
+# The requests the daemon sent Incus so far (its own count), every kind.
+requests() {
+    curl -s --unix-socket "$sock" http://incus-hpa/metrics |
+        awk '/^incus_hpa_incus_requests_total/ { s += $2 } END { print s + 0 }'
+}
 status() { "$BIN" status --json --control-socket "$sock" 2>/dev/null; }
 steady() {
     status | python3 -c 'import json, sys
@@ -135,15 +140,15 @@ rows=()
 # Measures the daemon running now for S seconds; $1 names the row.
 measure() {
     sleep "$SETTLE"
-    local d0 i0 p0 t0 d1 i1 p1 t1 rss hwm anon file
-    d0=$(ticks "$daemon"); i0=$(ticks "$incusd" kids); p0=$(passes); t0=$(now)
+    local d0 i0 p0 t0 r0 d1 i1 p1 t1 r1 rss hwm anon file
+    d0=$(ticks "$daemon"); i0=$(ticks "$incusd" kids); p0=$(passes); r0=$(requests); t0=$(now)
     sleep "$S"
-    d1=$(ticks "$daemon"); i1=$(ticks "$incusd" kids); p1=$(passes); t1=$(now)
+    d1=$(ticks "$daemon"); i1=$(ticks "$incusd" kids); p1=$(passes); r1=$(requests); t1=$(now)
     rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$daemon/status")
     hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$daemon/status")
     anon=$(awk '/^RssAnon/ { print $2 }' "/proc/$daemon/status")
     file=$(awk '/^RssFile/ { print $2 }' "/proc/$daemon/status")
-    rows+=("$1 $d0 $d1 $i0 $i1 $p0 $p1 $t0 $t1 $rss $hwm $anon $file")
+    rows+=("$1 $d0 $d1 $i0 $i1 $p0 $p1 $t0 $t1 $rss $hwm $anon $file $r0 $r1")
 }
 
 start=$(now)
@@ -239,11 +244,11 @@ j0, j1, u0, u1 = map(float, sys.argv[4:8])
 base = (j1 - j0) / hz * 1000 / (u1 - u0)
 print("| instances / groups | daemon | daemon CPU ms/s | incusd CPU ms/s, with the daemon / without | "
       "daemon + incusd's extra, ms per instance per tick | passes per group per s | "
-      "daemon RSS MiB (peak): anonymous + file-backed |")
-print("|---|---|---|---|---|---|---|")
+      "daemon RSS MiB (peak): anonymous + file-backed | requests to Incus per s |")
+print("|---|---|---|---|---|---|---|---|")
 for row in sys.argv[8:]:
     name, *f = row.split()
-    d0, d1, i0, i1, p0, p1, t0, t1, rss, hwm, anon, file = map(float, f)
+    d0, d1, i0, i1, p0, p1, t0, t1, rss, hwm, anon, file, r0, r1 = map(float, f)
     secs = t1 - t0
     daemon = (d1 - d0) / hz * 1000 / secs          # ms of CPU per second
     incusd = (i1 - i0) / hz * 1000 / secs
@@ -251,7 +256,8 @@ for row in sys.argv[8:]:
     per = lambda ms: ms / (n + 2) / max(ticks, 1e-9)
     print(f"| {n} / {g} (+2 of 1) | {name} | {daemon:.1f} | {incusd:.1f} / {base:.1f} | "
           f"{per(daemon + incusd - base):.4f} (daemon alone {per(daemon):.4f}) | {ticks:.2f} | "
-          f"{rss / 1024:.1f} ({hwm / 1024:.1f}): {anon / 1024:.1f} + {file / 1024:.1f} |")
+          f"{rss / 1024:.1f} ({hwm / 1024:.1f}): {anon / 1024:.1f} + {file / 1024:.1f} | "
+          f"{(r1 - r0) / secs:.2f} |")
 EOF
 if [ "${#reactions[@]}" -gt 0 ]; then
     echo "fill → scaling up (interval 1 s), each round: ${reactions[*]} s"

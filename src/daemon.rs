@@ -162,6 +162,8 @@ pub async fn run_loop(
     publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // A pass ended since the board was last written.
     let mut unpublished = false;
+    let mut give_back = tokio::time::interval(crate::limits::GIVE_BACK_EVERY);
+    give_back.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let next = reconciler
             .next_due()
@@ -187,6 +189,7 @@ pub async fn run_loop(
                 status(&reconciler, invalid_since);
                 unpublished = false;
             }
+            _ = give_back.tick() => crate::limits::give_back(),
         }
         if reload {
             match load() {

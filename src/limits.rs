@@ -3,6 +3,8 @@
 //! raise the soft limit itself: the daemon does at start ([`raise_descriptors`]), to keep the
 //! cgroup files of many instances open ([`crate::memory`]), and puts it back in the programs it
 //! runs ([`restore_in_child`]), which may use `select(2)` (it fails past descriptor 1,023).
+//! And the memory the allocator keeps free: the daemon gives it back every [`GIVE_BACK_EVERY`]
+//! ([`give_back`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -58,6 +60,22 @@ pub fn restore_in_child() -> std::io::Result<()> {
         },
     )
     .map_err(std::io::Error::from)
+}
+
+/// How often the daemon gives the allocator's free memory back.
+pub const GIVE_BACK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Gives the memory the allocator keeps free back to the system. glibc keeps what is freed in
+/// its arenas (one per thread that allocated: the loop's, the history writer's, the blocking
+/// pool's) for ever: the listings of a start, 1,000 creations, a group's rows and saves. At
+/// 1,000 real instances that was 0.3 MiB of the daemon's resident memory after creating them
+/// all, at 10,000 simulated ones 9 MiB of the history's; a few milliseconds each time.
+pub fn give_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory; it takes no pointer and is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 #[cfg(test)]

@@ -133,7 +133,6 @@ fn write_all(dir: &Path, jobs: Receiver<Job>) {
                         say(dir, &group, f, &e);
                     }
                 }
-                give_back();
             }
             Job::Prune { declared } => {
                 files.retain(|g, _| declared.contains(g));
@@ -143,18 +142,6 @@ fn write_all(dir: &Path, jobs: Receiver<Job>) {
                 let _ = done.send(());
             }
         }
-    }
-}
-
-/// Gives the memory the allocator keeps free back to the system. This thread's writes leave
-/// free memory in the allocator's arenas (this thread's own, and the loop's, whose rows and
-/// saves it frees): 9 MiB of a fleet of 1,000 groups, kept for ever. Every [`super::ROWS_EVERY`]
-/// at most; a few milliseconds.
-fn give_back() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free memory; it takes no pointer and is thread-safe.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
