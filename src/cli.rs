@@ -61,12 +61,14 @@ pub enum Command {
     /// Ask the running daemon what it thinks of each group (its control socket).
     ///
     /// Without GROUP, a table of every group, at most 100 columns wide (long cells are cut,
-    /// ending in …): GROUP, PROJECT, CURRENT, DESIRED, MIN, MAX, MEMORY, TARGET, SIGNALS,
+    /// ending in …): GROUP, PROJECT, CURRENT, DESIRED, MIN-MAX, MEMORY (use/target), SIGNALS,
     /// REASON and NOTE (paused, standby, failing instances, the last error). With GROUP, that
     /// group in detail: its count and bounds, each signal's reading and the count it wants,
-    /// the scale-down window in force and why, who acts on it, the last action and error, the
-    /// next pass, its instances, and the last hour of its history (the count and the demand,
-    /// a column a minute; the history is read from the state directory, see FILES).
+    /// the scale-down window in force and why, who acts on it, the right-sizing advice the
+    /// daemon found on its history each hour (as `incus-hpa advise`, over the last week at a
+    /// minute's resolution), the last action and error, the next pass, its instances, and the
+    /// last hour of its history (the count and the demand, a column a minute; the history is
+    /// read from the state directory, see FILES).
     Status {
         /// The group to show in detail.
         group: Option<String>,
@@ -98,7 +100,9 @@ pub enum Command {
     /// being at its limit or overloaded longer than at its own size; with the count range,
     /// memory reserved, seconds at the limit and churn at both sizes. Nothing is applied. The
     /// count stays the daemon's: a size is judged by what the count would have done with it,
-    /// so sizing and counting do not fight over one signal.
+    /// so sizing and counting do not fight over one signal. The daemon finds the same advice
+    /// each hour by itself (every minute's highest readings of the last week) and shows it in
+    /// `status GROUP`, `status --json` and its metrics.
     Advise(crate::simulate::advise_cmd::AdviseArgs),
     /// Show what the daemon would decide now for each group, without acting (a dry run).
     ///

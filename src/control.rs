@@ -96,6 +96,11 @@ pub struct GroupStatus {
     /// run is due or being retried, and why the last run failed; absent without the table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<crate::endpoints::EndpointsStatus>,
+    /// The right-sizing advice the daemon last found on the group's history (each hour, for a
+    /// group scaled on memory with a `limits.memory` and a state directory; see `incus-hpa
+    /// advise`): `null` before the first, or when it was found for another size.
+    #[serde(default)]
+    pub advice: Option<crate::history::Advised>,
 }
 
 /// One instance of a group, as `status --json` prints it.

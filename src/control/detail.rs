@@ -1,6 +1,6 @@
 //! `incus-hpa status GROUP`: one group in detail, as `kubectl describe` shows an object: its
 //! count and bounds, every signal, the scale-down window in force and why, who acts on it, the
-//! last action and error, its instances, and the last hour from its history as a chart in
+//! right-sizing advice, the last action and error, its instances, and the last hour from its history as a chart in
 //! the terminal (the count and the demand, a column a minute). Pure: the status and the rows
 //! come in, the text goes out.
 
@@ -70,6 +70,34 @@ pub fn detail(g: &GroupStatus, rows: Result<&[Record], &str>, now_ms: i64) -> St
             |h| format!("standby: {h} holds the lease"),
         ),
     );
+    if let Some(a) = &g.advice {
+        let (c, d) = (&a.current, &a.advised);
+        let said = if c.limit_mib == d.limit_mib {
+            format!(
+                "limits.memory {} MiB: no other size would have reserved less",
+                c.limit_mib
+            )
+        } else {
+            format!(
+                "limits.memory {} MiB instead of {}: {:.0}% less memory reserved, {}-{} \
+                 instances",
+                d.limit_mib,
+                c.limit_mib,
+                a.saving() * 100.0,
+                d.fewest,
+                d.most
+            )
+        };
+        field(
+            "advice",
+            format!(
+                "{said}\n               (its last {} replayed at {}; incus-hpa advise {})",
+                a.span(),
+                a.at,
+                g.name
+            ),
+        );
+    }
     if !g.failing.is_empty() {
         field("failing", g.failing.join(", "));
     }

@@ -127,6 +127,8 @@ pub struct Telemetry {
     signal_value: Family<SignalLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     signal_target: Family<SignalLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     signal_wants: Family<SignalLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    advised_limit: Family<GroupLabels, Gauge>,
+    advised_saving: Family<GroupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     actions: Family<ActionLabels, Counter>,
     errors: Family<GroupLabels, Counter>,
     headroom_blocked: Family<GroupLabels, Counter>,
@@ -205,6 +207,18 @@ impl Default for Telemetry {
             "The count each signal wants (NaN: no reading); the group takes the highest",
             signal_wants.clone(),
         );
+        let advised_limit = Family::default();
+        registry.register(
+            "advised_memory_limit_bytes",
+            "The limits.memory that would have reserved least memory over the group's history, without more time at the limit or overloaded (its own when no other; see incus-hpa advise)",
+            advised_limit.clone(),
+        );
+        let advised_saving = Family::default();
+        registry.register(
+            "advised_memory_saving_ratio",
+            "The share of the memory the group reserved over its history (instances times limit) that the advised limit would have saved: 0 when the advice is the group's own size",
+            advised_saving.clone(),
+        );
         let actions = Family::default();
         registry.register(
             "actions",
@@ -274,6 +288,8 @@ impl Default for Telemetry {
             signal_value,
             signal_target,
             signal_wants,
+            advised_limit,
+            advised_saving,
             actions,
             errors,
             headroom_blocked,
@@ -373,6 +389,8 @@ impl Telemetry {
         self.signal_value.clear();
         self.signal_target.clear();
         self.signal_wants.clear();
+        self.advised_limit.clear();
+        self.advised_saving.clear();
         for g in &status.groups {
             let labels = GroupLabels {
                 group: g.name.clone(),
@@ -420,6 +438,12 @@ impl Telemetry {
                 self.signal_wants
                     .get_or_create(&labels)
                     .set(signal.wants.map_or(f64::NAN, f64::from));
+            }
+            if let Some(a) = &g.advice {
+                self.advised_limit
+                    .get_or_create(&labels)
+                    .set((a.advised.limit_mib * 1024.0 * 1024.0) as i64);
+                self.advised_saving.get_or_create(&labels).set(a.saving());
             }
             self.paused.get_or_create(&labels).set(i64::from(g.paused));
         }

@@ -37,6 +37,7 @@ fn group(name: &str, project: &str) -> GroupStatus {
         not_ready: 0,
         instances: Vec::new(),
         endpoints: None,
+        advice: None,
     }
 }
 
@@ -139,6 +140,7 @@ fn readiness_shows_in_the_metrics_and_the_json_document() {
         not_ready: 1,
         instances: views.iter().map(InstanceState::of).collect(),
         endpoints: None,
+        advice: None,
         ..group("web", "default")
     };
     let t = Telemetry::default();

@@ -19,6 +19,7 @@
 //! journal line, and the group starts fresh. A group taken out of the desired-state file keeps
 //! its directory for [`GRACE`], then it is removed.
 
+pub mod advisor;
 mod disk;
 pub mod record;
 #[cfg(test)]
@@ -32,6 +33,7 @@ use tokio::time::Instant;
 
 use crate::decide::History;
 use crate::model::GroupSpec;
+pub use advisor::Advised;
 pub use disk::{read, Loaded};
 pub use record::{at_unix_ms, unix_ms, Record};
 
@@ -52,6 +54,7 @@ pub struct Store {
 struct Inner {
     dir: PathBuf,
     writer: disk::Writer,
+    advisor: advisor::Advisor,
     books: HashMap<String, Book>,
     /// When the rows of every group are next handed to the writer.
     rows_next: Option<Instant>,
@@ -63,6 +66,10 @@ struct Book {
     count: usize,
     /// When the group is next saved.
     next: Instant,
+    /// When the group is next advised on (see [`advisor`]): first at its first pass.
+    advise_next: Instant,
+    /// The size (`limits.memory`, MiB) it was last advised on for.
+    advised_size: Option<f64>,
 }
 
 impl Book {
@@ -78,6 +85,8 @@ impl Book {
             rows: String::new(),
             count: 0,
             next: now + offset,
+            advise_next: now,
+            advised_size: None,
         }
     }
 
@@ -91,10 +100,15 @@ impl Book {
 impl Inner {
     /// `group`'s book, begun at `now` for a group not seen before.
     fn book(&mut self, group: &str, now: Instant) -> &mut Book {
-        self.books
-            .entry(group.to_owned())
-            .or_insert_with(|| Book::new(group, now))
+        book(&mut self.books, group, now)
     }
+}
+
+/// `group`'s book in `books`, begun at `now` for a group not seen before.
+fn book<'b>(books: &'b mut HashMap<String, Book>, group: &str, now: Instant) -> &'b mut Book {
+    books
+        .entry(group.to_owned())
+        .or_insert_with(|| Book::new(group, now))
 }
 
 impl Store {
@@ -110,6 +124,7 @@ impl Store {
             inner: Some(Inner {
                 dir: dir.to_owned(),
                 writer: disk::Writer::start(dir.to_owned()),
+                advisor: advisor::Advisor::start(dir.to_owned()),
                 books: HashMap::new(),
                 rows_next: None,
             }),
@@ -220,12 +235,38 @@ impl Store {
         });
     }
 
+    /// Asks for `spec`'s right-sizing advice when it is due at `now` (every
+    /// [`advisor::ADVISE_EVERY`], first at its first pass, and at once when its size changed),
+    /// for a group it applies to.
+    pub fn advise(&mut self, spec: &GroupSpec, now: Instant) {
+        let Some(inner) = &mut self.inner else { return };
+        if !advisor::applies(spec) {
+            return;
+        }
+        let size = crate::simulate::advise::own_size(spec);
+        let book = book(&mut inner.books, spec.name.as_str(), now);
+        if now < book.advise_next && book.advised_size == size {
+            return;
+        }
+        // A thread behind is asked again at the next pass.
+        if inner.advisor.ask(spec) {
+            book.advise_next = now + advisor::ADVISE_EVERY;
+            book.advised_size = size;
+        }
+    }
+
+    /// `spec`'s last advice, while it is for the size the group has now.
+    pub fn advice(&self, spec: &GroupSpec) -> Option<Advised> {
+        self.inner.as_ref()?.advisor.advice(spec)
+    }
+
     /// The groups declared now: the history of a group no longer declared is removed once it
     /// has not been written for [`GRACE`].
     pub fn declared(&mut self, groups: impl IntoIterator<Item = String>) {
         let Some(inner) = &mut self.inner else { return };
         let groups: Vec<String> = groups.into_iter().collect();
         inner.books.retain(|g, _| groups.contains(g));
+        inner.advisor.retain(&groups);
         inner.writer.send(disk::Job::Prune { declared: groups });
     }
 

@@ -180,6 +180,46 @@ fn a_day_of_passes_is_folded_into_minutes_and_a_week_is_kept() {
 }
 
 #[test]
+fn the_rows_read_by_minute_are_the_rows_folded_into_minutes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path());
+    let now = now_ms();
+    let day = 24 * 3_600_000;
+    // Two days ago (folded into minutes.csv when written), then passes every 7 s for an hour
+    // ending now (passes.csv), some minutes with a higher one.
+    let mut rows = vec![
+        row(now - 2 * day, 2, 10.0),
+        row(now - 2 * day + 5_000, 3, 4.0),
+    ];
+    rows.extend(
+        (0..514)
+            .rev()
+            .map(|k| row(now - k * 7_000, 2 + (k % 3) as u32, (k % 11) as f64)),
+    );
+    for r in &rows {
+        store.pass("web", r, Instant::now());
+    }
+    store.save("web", &learned(), Instant::now());
+    store.flush(WAIT);
+    let (all, _) = read(dir.path(), "web", 0).unwrap();
+    let minutes = disk::read_minutes(dir.path(), "web", 0).unwrap();
+    assert_eq!(minutes, record::by_minute(all.clone()));
+    assert!(
+        minutes.len() < all.len() / 5,
+        "{} of {}",
+        minutes.len(),
+        all.len()
+    );
+    // Since a time, as `read`.
+    let since = now - 1_800_000;
+    let (recent, _) = read(dir.path(), "web", since).unwrap();
+    assert_eq!(
+        disk::read_minutes(dir.path(), "web", since).unwrap(),
+        record::by_minute(recent)
+    );
+}
+
+#[test]
 fn a_group_no_longer_declared_keeps_its_history_for_the_grace_period() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path());

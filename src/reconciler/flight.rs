@@ -260,6 +260,7 @@ impl Reconciler {
             if self.history.due(name.as_str(), now) {
                 self.history.save(name.as_str(), &carried.history, now);
             }
+            self.history.advise(&g.spec, now);
             self.history.write_rows(now);
         }
         g.carried = Some(carried);

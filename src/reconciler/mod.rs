@@ -443,6 +443,7 @@ impl Reconciler {
                     starting: last.map_or(0, |l| l.starting),
                     not_ready: last.map_or(0, |l| l.not_ready),
                     endpoints: None,
+                    advice: self.history.advice(s),
                     instances: last
                         .map(|l| l.instances.iter().map(InstanceState::of).collect())
                         .unwrap_or_default(),

@@ -10,11 +10,19 @@
 //! memory reserved (instances × limit, over time) among the sizes under which the group would
 //! have been at its limit and overloaded no longer than under the size it has.
 
-use serde::Serialize;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use super::{recorded, simulate_with, Clock, LoadModel, Run, SimPolicy, Trace};
 use crate::history::Record;
+use crate::model::size::mib;
 use crate::model::GroupSpec;
+
+/// Each instance's base memory use, MiB, unless told (it does not move with load).
+pub const BASE_MIB: f64 = 4.0;
+/// From an instance's creation to its readiness, unless told.
+pub const WARMUP: Duration = Duration::from_secs(2);
 
 /// The sizes tried, as fractions of the group's own.
 pub const SIZES: [f64; 7] = [0.5, 0.625, 0.75, 0.875, 1.0, 1.25, 1.5];
@@ -22,7 +30,7 @@ pub const SIZES: [f64; 7] = [0.5, 0.625, 0.75, 0.875, 1.0, 1.25, 1.5];
 const STEP_MIB: f64 = 8.0;
 
 /// What the group's history would have been like at one size.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     pub limit_mib: f64,
     pub instance_hours: f64,
@@ -63,6 +71,50 @@ fn candidate(limit_mib: f64, run: &Run) -> Candidate {
         fewest: run.timeline.iter().map(|s| s.instances).min().unwrap_or(0),
         most: run.timeline.iter().map(|s| s.instances).max().unwrap_or(0),
     }
+}
+
+/// Why a group gets no advice.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoAdvice {
+    /// Its `schedule` cannot be read (a fault of the desired-state file).
+    Schedule(String),
+    /// It has nothing to size, or its history cannot be replayed.
+    Group(String),
+}
+
+impl std::fmt::Display for NoAdvice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoAdvice::Schedule(e) | NoAdvice::Group(e) => f.write_str(e),
+        }
+    }
+}
+
+/// The size `spec`'s instances have, MiB: its `limits.memory`; `None` without one to size.
+pub fn own_size(spec: &GroupSpec) -> Option<f64> {
+    spec.config.get("limits.memory").and_then(|v| mib(v))
+}
+
+/// The advice for the group `spec` (scaled on memory, with a `limits.memory`) from its
+/// recorded `rows` (oldest first, at least two), each instance using `base_mib` at rest and
+/// ready `warmup` after its creation.
+pub fn for_group(
+    spec: &GroupSpec,
+    rows: &[Record],
+    base_mib: f64,
+    warmup: Duration,
+) -> Result<Advice, NoAdvice> {
+    let group = |e: &str| NoAdvice::Group(e.to_owned());
+    let limit_mib = own_size(spec).ok_or_else(|| group("no limits.memory to size"))?;
+    let first = rows.first().ok_or_else(|| group("no pass recorded"))?;
+    let clock = Clock::new(&spec.schedule, crate::history::at_unix_ms(first.unix_ms))
+        .map_err(NoAdvice::Schedule)?;
+    let model = LoadModel {
+        limit_mib,
+        base_mib,
+        warmup,
+    };
+    advise(spec, rows, &model, &clock).map_err(NoAdvice::Group)
 }
 
 /// The advice for the group `spec` (scaled on memory, each instance's limit `model.limit_mib`)

@@ -8,11 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::advise::{advise, Advice};
+use super::advise::{for_group, own_size, Advice, NoAdvice, BASE_MIB};
 use super::command::{exit, located, recorded_rows};
-use super::{Clock, LoadModel};
 use crate::config::{self, DEFAULT_PATH};
-use crate::model::size::mib;
 use crate::model::GroupSpec;
 
 /// `incus-hpa advise`.
@@ -31,7 +29,7 @@ pub struct AdviseArgs {
     #[arg(long, value_name = "DIR")]
     pub state_directory: Option<PathBuf>,
     /// Each instance's base memory use, MiB (does not move with load).
-    #[arg(long, default_value_t = 4.0)]
+    #[arg(long, default_value_t = BASE_MIB)]
     pub base_mib: f64,
     /// From an instance's creation to its readiness.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
@@ -99,10 +97,7 @@ fn one(
         ));
     }
     let key = format!("groups.{group}.config.\"limits.memory\"");
-    let limit_mib = spec
-        .config
-        .get("limits.memory")
-        .and_then(|v| mib(v))
+    let limit_mib = own_size(spec)
         .ok_or_else(|| format!("{file}: {key}: no size to advise from (\"64MiB\", \"1GiB\")"))?;
     if !(args.base_mib.is_finite() && args.base_mib >= 0.0 && args.base_mib < limit_mib) {
         return Err(format!(
@@ -111,15 +106,10 @@ fn one(
         ));
     }
     let (dir, rows) = recorded_rows(args.state_directory.as_deref(), daemon, group, args.since)?;
-    let start = crate::history::at_unix_ms(rows[0].unix_ms);
-    let clock =
-        Clock::new(&spec.schedule, start).map_err(|e| format!("{file}: groups.{group}: {e}"))?;
-    let model = LoadModel {
-        limit_mib,
-        base_mib: args.base_mib,
-        warmup: args.warmup,
-    };
-    advise(spec, &rows, &model, &clock).map_err(|e| format!("{}: {group}: {e}", dir.display()))
+    for_group(spec, &rows, args.base_mib, args.warmup).map_err(|e| match e {
+        NoAdvice::Schedule(e) => format!("{file}: groups.{group}: {e}"),
+        NoAdvice::Group(e) => format!("{}: {group}: {e}", dir.display()),
+    })
 }
 
 fn table(advice: &[Advice]) -> String {

@@ -90,3 +90,94 @@ async fn without_a_state_directory_a_restart_holds_a_whole_window_again() {
     );
     h.shutdown().await;
 }
+
+/// Six hours of a group `web` of two instances using 57 MiB each, a row every 15 s ending now,
+/// written where the daemon keeps its history.
+fn six_hours(state: &std::path::Path) {
+    use incus_hpa::history::record::{Record, HEADER};
+    let now = incus_hpa::history::unix_ms(std::time::SystemTime::now());
+    let mut text = format!("{HEADER}\n");
+    for k in (0..6 * 240).rev() {
+        let row = Record {
+            unix_ms: now - k * 15_000,
+            current: 2,
+            desired: 2,
+            demand_mib: Some(114.0),
+            limit_mib: Some(128.0),
+            memory_pct: Some(44.5),
+            cpu_pct: None,
+            pressure_pct: None,
+            external: None,
+            oom_kills: 0,
+            reason: "within-tolerance".into(),
+        };
+        text.push_str(&row.line());
+    }
+    let dir = state.join("groups/web");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("passes.csv"), text).unwrap();
+}
+
+#[tokio::test]
+async fn the_daemon_advises_on_a_groups_size_from_its_history_in_status_and_metrics() {
+    let state = tempfile::tempdir().unwrap();
+    six_hours(state.path());
+    let toml = web(state.path())
+        .replace("min = 1\n", "min = 2\n")
+        .replace("memory_threshold = 50", "memory_threshold = 60")
+        .replace("\"100MiB\"", "\"128MiB\"");
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(44.5));
+    let h = Harness::start(&toml, fake);
+    // The advice is found on a thread of its own, at once for a group with a history.
+    let advice = crate::util::within(Duration::from_secs(30), async {
+        loop {
+            let status = h.telemetry.status();
+            if let Some(a) = status.groups.iter().find_map(|g| g.advice.clone()) {
+                return a;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // Each instance's 57 MiB (4 of base) at 60 %: 96 MiB holds two at 59 %, 64 or 80 need
+    // a third, 112 or more reserve more (as `incus-hpa advise` finds, by minute here).
+    assert_eq!(advice.current.limit_mib, 128.0, "{advice:#?}");
+    assert_eq!(advice.advised.limit_mib, 96.0, "{advice:#?}");
+    assert!((advice.hours - 6.0).abs() < 0.05, "{}", advice.hours);
+    assert!(advice.saving() > 0.2, "{advice:#?}");
+    let metrics = h.telemetry.metrics();
+    assert!(
+        metrics.contains(&format!(
+            "incus_hpa_advised_memory_limit_bytes{{group=\"web\",project=\"default\"}} {}",
+            96 << 20
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "incus_hpa_advised_memory_saving_ratio{group=\"web\",project=\"default\"} 0.2"
+        ),
+        "{metrics}"
+    );
+    let detail = incus_hpa::control::detail::detail(&h.telemetry.status().groups[0], Err("-"), 0);
+    assert!(
+        detail.contains("advice       limits.memory 96 MiB instead of 128: 25% less memory"),
+        "{detail}"
+    );
+    // Another size in the file: the advice is found again for it, not an hour later.
+    h.reload(&toml.replace("\"128MiB\"", "\"256MiB\""));
+    let size = || {
+        h.telemetry.status().groups[0]
+            .advice
+            .as_ref()
+            .map(|a| a.current.limit_mib)
+    };
+    crate::util::within(Duration::from_secs(30), async {
+        while size() != Some(256.0) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    h.shutdown().await;
+}

@@ -228,6 +228,7 @@ pub fn web_status() -> incus_hpa::control::Status {
             not_ready: 0,
             instances: Vec::new(),
             endpoints: None,
+            advice: None,
         }],
     }
 }
