@@ -112,11 +112,7 @@ fn advise_all(dir: &Path, jobs: &Receiver<GroupSpec>, found: &Mutex<HashMap<Stri
     for spec in jobs {
         let group = spec.name.as_str();
         let started = std::time::Instant::now();
-        let result = one(dir, &spec);
-        // At most 1/DUTY of a core: a replay of a week takes about half a second here, so a
-        // thousand groups are advised on every few hours rather than every hour.
-        std::thread::sleep(started.elapsed() * (DUTY - 1));
-        match result {
+        match one(dir, &spec) {
             Ok(advised) => {
                 let before = lock(found).insert(group.to_owned(), advised.clone());
                 let was = before.map(|b| b.advised.limit_mib);
@@ -129,6 +125,9 @@ fn advise_all(dir: &Path, jobs: &Receiver<GroupSpec>, found: &Mutex<HashMap<Stri
                 lock(found).remove(group);
             }
         }
+        // At most 1/DUTY of a core: a replay of a week takes about half a second here, so a
+        // thousand groups are advised on every few hours rather than every hour.
+        std::thread::sleep(started.elapsed() * (DUTY - 1));
     }
 }
 

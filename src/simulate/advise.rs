@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{recorded, simulate_with, Clock, LoadModel, Run, SimPolicy, Trace};
+use super::{recorded, simulate_each, Clock, LoadModel, SimPolicy, Trace};
 use crate::history::Record;
 use crate::model::size::mib;
 use crate::model::GroupSpec;
@@ -58,18 +58,33 @@ pub struct Advice {
     pub candidates: Vec<Candidate>,
 }
 
-fn candidate(limit_mib: f64, run: &Run) -> Candidate {
-    let instance_s: u64 = run.timeline.iter().map(|s| u64::from(s.instances)).sum();
+/// `spec`'s replay of `trace` at `model`'s size, its seconds summed as they come rather than
+/// kept.
+fn candidate(spec: &GroupSpec, trace: &Trace, model: &LoadModel, clock: &Clock) -> Candidate {
+    let (mut instance_s, mut fewest, mut most) = (0u64, None::<u32>, 0u32);
+    let scores = simulate_each(
+        spec,
+        trace,
+        model,
+        SimPolicy::Default,
+        clock,
+        &mut |_, _, _| {},
+        &mut |s| {
+            instance_s += u64::from(s.instances);
+            fewest = Some(fewest.map_or(s.instances, |f| f.min(s.instances)));
+            most = most.max(s.instances);
+        },
+    );
     let instance_hours = instance_s as f64 / 3600.0;
     Candidate {
-        limit_mib,
+        limit_mib: model.limit_mib,
         instance_hours,
-        memory_gib_hours: instance_hours * limit_mib / 1024.0,
-        oom_s: run.scores.oom_s,
-        overload_s: run.scores.overload_s,
-        churn: run.scores.churn,
-        fewest: run.timeline.iter().map(|s| s.instances).min().unwrap_or(0),
-        most: run.timeline.iter().map(|s| s.instances).max().unwrap_or(0),
+        memory_gib_hours: instance_hours * model.limit_mib / 1024.0,
+        oom_s: scores.oom_s,
+        overload_s: scores.overload_s,
+        churn: scores.churn,
+        fewest: fewest.unwrap_or(0),
+        most,
     }
 }
 
@@ -146,10 +161,7 @@ pub fn advise(
                 limit_mib,
                 ..*model
             };
-            candidate(
-                limit_mib,
-                &simulate_with(spec, &trace, &m, SimPolicy::Default, clock),
-            )
+            candidate(spec, &trace, &m, clock)
         })
         .collect();
     let current = candidates

@@ -215,6 +215,24 @@ pub fn simulate_between(
     clock: &Clock,
     between: &mut BetweenPasses<'_>,
 ) -> Run {
+    let mut timeline = Vec::with_capacity(trace.seconds() as usize);
+    let scores = simulate_each(spec, trace, model, policy, clock, between, &mut |s| {
+        timeline.push(s);
+    });
+    Run { scores, timeline }
+}
+
+/// [`simulate_between`], handing each second to `each` rather than keeping them (a week is
+/// 604,800 seconds: 19 MB of timeline).
+pub fn simulate_each(
+    spec: &GroupSpec,
+    trace: &Trace,
+    model: &LoadModel,
+    policy: SimPolicy,
+    clock: &Clock,
+    between: &mut BetweenPasses<'_>,
+    each: &mut dyn FnMut(Second),
+) -> Scores {
     let spec = GroupSpec {
         warm_pool: 0,
         paused: false,
@@ -246,7 +264,6 @@ pub fn simulate_between(
         .collect();
     let (mut churn, mut flips, mut last_direction) = (0u64, 0u64, 0i64);
     let (mut overload, mut oom, mut waste, mut peak) = (0u64, 0u64, 0u64, 0u32);
-    let mut timeline = Vec::with_capacity(trace.seconds() as usize);
     let (mut window, mut wake) = (None, Some(0));
     let (mut min, mut max) = (spec.min, spec.max);
     let (mut last_pass, mut last_pass_strain) = (0u64, None);
@@ -408,7 +425,7 @@ pub fn simulate_between(
         let n = instances.len() as u32;
         waste += u64::from(n.saturating_sub(ideal));
         peak = peak.max(n);
-        timeline.push(Second {
+        each(Second {
             t,
             demand_mib: demand,
             instances: n,
@@ -417,18 +434,15 @@ pub fn simulate_between(
         });
     }
     let cost = cost(oom as f64, overload as f64, waste as f64, churn as f64);
-    Run {
-        scores: Scores {
-            policy: policy.name().into(),
-            overload_s: overload,
-            oom_s: oom,
-            waste_instance_s: waste,
-            churn,
-            flips,
-            peak,
-            cost,
-        },
-        timeline,
+    Scores {
+        policy: policy.name().into(),
+        overload_s: overload,
+        oom_s: oom,
+        waste_instance_s: waste,
+        churn,
+        flips,
+        peak,
+        cost,
     }
 }
 
