@@ -116,9 +116,6 @@ struct GroupState {
     carried: Option<Carried>,
     /// What happened while a pass was in flight, applied when it returns.
     meanwhile: Meanwhile,
-    /// When what the group's decisions learned is next left for the next holder, while this
-    /// daemon holds it (see [`crate::lease::learned`]).
-    leave_next: Instant,
 }
 
 /// What happened to a group while its pass was in flight.
@@ -177,7 +174,6 @@ impl GroupState {
                 windows: windows(spec),
             }),
             meanwhile: Meanwhile::default(),
-            leave_next: now,
         }
     }
 

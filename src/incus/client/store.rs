@@ -1,7 +1,6 @@
 //! The lease store (`crate::lease`) over the API: the project's profile [`LEASE_PROFILE`],
 //! read with its ETag (made first, marked [`STORE_KEY`], when no profile has that name), and
-//! written back whole (config, description, devices) with `If-Match`; and the learned store
-//! ([`LEARNED_PROFILE`]) the same way.
+//! written back whole (config, description, devices) with `If-Match`.
 
 use std::collections::BTreeMap;
 
@@ -10,47 +9,20 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{enc, incus_text, Client};
-use crate::incus::{
-    IncusError, LeaseHome, LEARNED_PROFILE, LEARNED_VALUE, LEASE_PROFILE, STORE_KEY, STORE_VALUE,
-};
+use crate::incus::{IncusError, LeaseHome, LEASE_PROFILE, STORE_KEY, STORE_VALUE};
 
-/// One of the daemon's stores: its profile's name, the value of [`STORE_KEY`] that marks it,
-/// and the description it is made with.
-pub(super) struct Kind {
-    profile: &'static str,
-    value: &'static str,
-    description: &'static str,
-}
-
-pub(super) const LEASES: Kind = Kind {
-    profile: LEASE_PROFILE,
-    value: STORE_VALUE,
-    description: "incus-hpa's lease store (user.incus-hpa.lease.GROUP): made by incus-hpa; attach it to no instance",
-};
-
-pub(super) const LEARNED: Kind = Kind {
-    profile: LEARNED_PROFILE,
-    value: LEARNED_VALUE,
-    description: "what incus-hpa's lease holders learned, for the next (user.incus-hpa.learned.PROJECT.GROUP): made by incus-hpa; attach it to no instance",
-};
-
-pub(super) async fn read(
-    client: &Client,
-    project: &str,
-    kind: &Kind,
-) -> Result<LeaseHome, IncusError> {
-    let profile = kind.profile;
-    let what = format!("reading profile {profile} of project {project}");
-    let path = format!("/1.0/profiles/{profile}?project={}", enc(project));
+pub(super) async fn read(client: &Client, project: &str) -> Result<LeaseHome, IncusError> {
+    let what = format!("reading profile {LEASE_PROFILE} of project {project}");
+    let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
     let read = client
         .exchange(Method::GET, &path, None, client.timeout, &what, None)
         .await;
     let (_, etag, env) = match read {
         Err(e) if e.is_not_found() => {
             let body = serde_json::json!({
-                "name": profile,
-                "description": kind.description,
-                "config": { STORE_KEY: kind.value },
+                "name": LEASE_PROFILE,
+                "description": "incus-hpa's lease store (user.incus-hpa.lease.GROUP): made by incus-hpa; attach it to no instance",
+                "config": { STORE_KEY: STORE_VALUE },
                 "devices": {},
             });
             let create = format!("/1.0/profiles?project={}", enc(project));
@@ -60,7 +32,7 @@ pub(super) async fn read(
                     &create,
                     Some(&body),
                     client.timeout,
-                    &format!("creating profile {profile} in project {project}"),
+                    &format!("creating profile {LEASE_PROFILE} in project {project}"),
                 )
                 .await;
             match made {
@@ -106,11 +78,9 @@ pub(super) async fn write(
     client: &Client,
     project: &str,
     new: &LeaseHome,
-    kind: &Kind,
 ) -> Result<bool, IncusError> {
-    let profile = kind.profile;
-    let what = format!("writing profile {profile} of project {project}");
-    let path = format!("/1.0/profiles/{profile}?project={}", enc(project));
+    let what = format!("writing profile {LEASE_PROFILE} of project {project}");
+    let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
     // A PUT replaces the whole profile: what was read goes back with it.
     let body = serde_json::json!({
         "config": new.config,
