@@ -24,8 +24,10 @@
 # Needs scripts/setup-incus.sh (Incus and the busybox image) and a release build
 # (cargo build --release, or BIN=PATH). Run, as root: bash benches/real-fleet.sh [N] [G] [S]
 # (1000 10 30). KEEP=1 leaves the instances of the G groups (a next run adopts them: its
-# "running after" is then the adoption). Not run by CI: at N = 1,000 it takes about 10 minutes and 17 GiB of
-# memory here.
+# "running after" is then the adoption). WAIT (1800) is how many seconds the daemon may take to
+# bring every group to its count; each wait has a deadline and ends the run with an error. At
+# N = 1,000 it takes about 10 minutes and 17 GiB of memory here; CI runs it at N = 4
+# (scripts/test.sh: SETTLE=2 FILLS=1 BURST=3 bash benches/real-fleet.sh 4 2 2, about a minute).
 set -euo pipefail
 
 N=${1:-1000}
@@ -34,6 +36,7 @@ S=${3:-30}
 SETTLE=${SETTLE:-20}
 FILLS=${FILLS:-3}
 BURST=${BURST:-200}
+WAIT=${WAIT:-1800}
 PARALLEL=4
 PER=$(( (N + G - 1) / G ))
 N=$(( PER * G ))
@@ -66,6 +69,8 @@ cleanup() {
     rm -rf "$dir"
 }
 trap cleanup EXIT
+# A `timeout` (or ^C) ends the run through the cleanup too.
+trap 'exit 143' TERM INT
 
 config() { # $1: the burst group's min
     printf '[daemon]\ninterval = "1s"\ncontrol_socket = "%s"\nmemory_source = "cgroup"\n' "$sock"
@@ -96,12 +101,12 @@ done | head -1)
 hz=$(getconf CLK_TCK)
 now() { date +%s.%N; }
 passes() {
-    curl -s --unix-socket "$sock" http://incus-hpa/metrics |
+    curl -s -m 10 --unix-socket "$sock" http://incus-hpa/metrics |
         awk '/^incus_hpa_reconcile_duration_seconds_count/ { s += $2 } END { print s + 0 }'
 }
 # The requests the daemon sent Incus so far (its own count), every kind.
 requests() {
-    curl -s --unix-socket "$sock" http://incus-hpa/metrics |
+    curl -s -m 10 --unix-socket "$sock" http://incus-hpa/metrics |
         awk '/^incus_hpa_incus_requests_total/ { s += $2 } END { print s + 0 }'
 }
 status() { "$BIN" status --json --control-socket "$sock" 2>/dev/null; }
@@ -131,8 +136,13 @@ start_daemon() { # $1: the binary, $2: a name for its log
     log="$dir/$2.log"
     RUST_LOG=incus_hpa=info "$1" run --config "$dir/hpa.toml" 2> "$log" &
     daemon=$!
+    local deadline=$(( $(date +%s) + WAIT ))
     until steady; do
         kill -0 "$daemon" || { tail -20 "$log"; exit 1; }
+        [ "$(date +%s)" -lt "$deadline" ] || {
+            tail -20 "$log"
+            echo "real-fleet: the groups were not steady within WAIT=$WAIT s" >&2; exit 1
+        }
         sleep 2
     done
 }
@@ -165,15 +175,18 @@ reactions=()
 filled=" "
 for round in $(seq 1 "$FILLS"); do
     # A running instance of the group not filled yet (the last round's new one).
+    deadline=$(( $(date +%s) + 120 ))
     until pick=$(status | python3 -c 'import json, sys
 filled = sys.argv[1].split()
 g = next(g for g in json.load(sys.stdin)["groups"] if g["name"] == "realfleetx")
 print(next(i["name"] for i in g["instances"] if i["status"] == "running" and i["name"] not in filled))' "$filled" 2>/dev/null); do
+        [ "$(date +%s)" -lt "$deadline" ] ||
+            { echo "real-fleet: no running instance of realfleetx to fill within 120 s" >&2; exit 1; }
         sleep 0.5
     done
     filled="$filled $pick"
     t=$(now)
-    incus exec "$pick" -- sh -c '/bin/busybox grep -q " /dev/shm " /proc/mounts || /bin/busybox mount -t tmpfs -o size=60m tmpfs /dev/shm;
+    timeout 60 incus exec "$pick" -- sh -c '/bin/busybox grep -q " /dev/shm " /proc/mounts || /bin/busybox mount -t tmpfs -o size=60m tmpfs /dev/shm;
         dd if=/dev/zero of=/dev/shm/fill bs=1M count=40 2>/dev/null'
     deadline=$(( $(date +%s) + 60 ))
     until r=$(logged "$t" 'realfleetx:' "scaling up") && [ -n "$r" ]; do
@@ -188,10 +201,10 @@ bare="" burst=""
 if [ "$BURST" -gt 1 ]; then
     create_one() {
         local op
-        op=$(curl -s --unix-socket "$SOCKET" -X POST -H 'Content-Type: application/json' \
+        op=$(curl -s -m 60 --unix-socket "$SOCKET" -X POST -H 'Content-Type: application/json' \
             -d "{\"name\": \"$1\", \"type\": \"container\", \"source\": {\"type\": \"image\", \"alias\": \"busybox\"}, \"config\": {\"limits.memory\": \"64MiB\"}, \"start\": true}" \
             http://incus/1.0/instances | sed -n 's/.*"operation":"\([^"]*\)".*/\1/p')
-        curl -s --unix-socket "$SOCKET" "http://incus$op/wait?timeout=120" | grep -q '"status":"Success"' ||
+        curl -s -m 150 --unix-socket "$SOCKET" "http://incus$op/wait?timeout=120" | grep -q '"status":"Success"' ||
             echo "real-fleet: creating $1 failed" >&2
     }
     export -f create_one; export SOCKET

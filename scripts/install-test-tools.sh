@@ -7,6 +7,8 @@
 # - haproxy and nginx-light, the real load balancers the endpoint hooks are tested against
 #   (tests/integration/hooks_*.rs start their own instances on 127.0.0.1; the packages' own
 #   services are not needed, and are stopped and disabled where systemd started them);
+# - python3 and curl, which benches/real-fleet.sh (its smoke run) reads the daemon's status and
+#   metrics with;
 # - cargo-deb, which builds the .deb (`cargo install --locked`, about a minute the first time).
 set -euo pipefail
 
@@ -29,6 +31,8 @@ apt_install() {
     echo "install-test-tools: $1 installed"
 }
 command -v lintian >/dev/null || apt_install lintian
+command -v python3 >/dev/null || apt_install python3
+command -v curl >/dev/null || apt_install curl
 # cargo-deb computes Depends with dpkg-shlibdeps.
 command -v dpkg-shlibdeps >/dev/null || apt_install dpkg-dev
 for tool in haproxy nginx; do

@@ -3,7 +3,7 @@
 # missing, then formatting, lints, unit and integration tests, the real-Incus tests (which fail,
 # never skip, when Incus cannot be used), the fault suite, the unit's hardening score, lintian
 # on the .deb and its man pages, the end-to-end test of the .deb under a real systemd, the demo
-# and a benchmark smoke run.
+# and the benchmarks' smoke runs (the real fleet's on Incus among them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -120,7 +120,7 @@ bash scripts/e2e-systemd.sh
 phase "the README's demo"
 bash lab/demo.sh
 
-phase "the benchmarks, smoke runs (3 instances, unoptimized; the figures in docs/ come from optimized, bigger runs)"
+phase "the benchmarks, smoke runs (a few instances; the figures in docs/ come from bigger runs)"
 # The test profile reuses what `cargo test` built: an optimized build (fat LTO, one codegen
 # unit, the dev-dependencies' tokio features) took 2 of the suite's minutes to compile.
 TICKS=1 PARALLEL=2 REPEAT=1 cargo bench --locked --profile test \
@@ -128,6 +128,10 @@ TICKS=1 PARALLEL=2 REPEAT=1 cargo bench --locked --profile test \
 # The fleet: one daemon, a fake incusd and a fake cgroup tree (no Incus), 100 instances in 10
 # groups for 2 s.
 FLEET_SECONDS=2 cargo bench --locked --profile test --bench fleet -- 100/10
+# The real fleet: the optimized daemon on this host's Incus with 4 instances in 2 groups (and
+# the fill's and the burst's groups of one): steady for 2 s, one fill, a burst to 3. Every wait
+# in it has a deadline; `timeout` bounds the whole.
+SETTLE=2 FILLS=1 BURST=3 timeout 600 bash benches/real-fleet.sh 4 2 2
 if [ -s "$stalls" ]; then
     echo "test.sh: Incus stalled (a read unanswered, a start failed) and the tests waited it out:"
     cat "$stalls"
