@@ -3,6 +3,10 @@
 //! so that only the daemon is measured. Every instance is running at 48 % of its memory limit
 //! and every group scales on memory at 50 %: a steady state, where nothing is to be done.
 //!
+//! The last column of requests counts the learned store's reads and writes (once a minute, see
+//! `incus_hpa::lease::learned`) and anything the fake does not serve (`FLEET_SHOW_OTHER=1`
+//! prints each of them).
+//!
 //! Per size it prints: the start-up (from the process's start until every group has had its
 //! first pass), the daemon's CPU per second and per instance per tick in the steady state
 //! (`interval = "1s"`), its resident memory, the passes per group per second (1 when every
@@ -69,10 +73,11 @@ impl Counts {
     }
 }
 
-/// The fake incusd: the project's listing made once, the lease profile (its config and ETag).
+/// The fake incusd: the project's listing made once, the profiles (the lease store and the
+/// learned store: each one's config and ETag, by name).
 struct Fake {
     list: Bytes,
-    profile: Mutex<Option<(Value, u64)>>,
+    profiles: Mutex<std::collections::HashMap<String, (Value, u64)>>,
     counts: Counts,
 }
 
@@ -135,13 +140,19 @@ async fn answer(fake: Arc<Fake>, mut req: Request<Incoming>) -> Result<Answer, I
                 .body(Full::new(fake.list.clone()))
                 .expect("a response")
         }
-        (&Method::GET, p) if p == lease_path => {
-            fake.counts.lease_get.fetch_add(1, Ordering::Relaxed);
-            match &*fake.profile.lock().unwrap() {
+        (&Method::GET, p) if p.starts_with("/1.0/profiles/") => {
+            let name = &p["/1.0/profiles/".len()..];
+            let count = if p == lease_path {
+                &fake.counts.lease_get
+            } else {
+                &fake.counts.other
+            };
+            count.fetch_add(1, Ordering::Relaxed);
+            match fake.profiles.lock().unwrap().get(name) {
                 Some((config, etag)) => {
                     let mut a = envelope(
                         200,
-                        json!({"name": LEASE_PROFILE, "description": "", "config": config,
+                        json!({"name": name, "description": "", "config": config,
                                "devices": {}, "used_by": [], "project": "default"}),
                     );
                     a.headers_mut()
@@ -153,19 +164,29 @@ async fn answer(fake: Arc<Fake>, mut req: Request<Incoming>) -> Result<Answer, I
         }
         (&Method::POST, "/1.0/profiles") => {
             let body = body(req).await;
-            *fake.profile.lock().unwrap() = Some((body["config"].clone(), 1));
+            let name = body["name"].as_str().unwrap_or_default().to_owned();
+            fake.profiles
+                .lock()
+                .unwrap()
+                .insert(name, (body["config"].clone(), 1));
             envelope(200, json!({}))
         }
-        (&Method::PUT, p) if p == lease_path => {
-            fake.counts.lease_put.fetch_add(1, Ordering::Relaxed);
+        (&Method::PUT, p) if p.starts_with("/1.0/profiles/") => {
+            let name = p["/1.0/profiles/".len()..].to_owned();
+            let count = if p == lease_path {
+                &fake.counts.lease_put
+            } else {
+                &fake.counts.other
+            };
+            count.fetch_add(1, Ordering::Relaxed);
             let tag = req
                 .headers()
                 .get("if-match")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             let body = body(req).await;
-            let mut profile = fake.profile.lock().unwrap();
-            match profile.as_mut() {
+            let mut profiles = fake.profiles.lock().unwrap();
+            match profiles.get_mut(&name) {
                 Some((config, etag)) if tag.as_deref() == Some(&format!("\"{etag}\"")) => {
                     *config = body["config"].clone();
                     *etag += 1;
@@ -487,7 +508,7 @@ fn run(n: usize, groups: usize, label: &str, bin: &Path, window: u64) {
     let cgroup: PathBuf = dir.join("cgroup");
     let fake = Arc::new(Fake {
         list: world(&cgroup, groups, per),
-        profile: Mutex::new(None),
+        profiles: Mutex::default(),
         counts: Counts::default(),
     });
     let socket = dir.join("incus.sock");

@@ -262,8 +262,14 @@ pub async fn run_loop(
             _ = pet.tick(), if watchdog.is_some() => systemd::watchdog(),
         }
     }
-    // Each group's history is on disk for the next start.
+    // Each group's history is on disk for the next start, and what it learned in Incus for
+    // the next holder.
     reconciler.save_history(Instant::now(), HISTORY_BUDGET);
+    reconciler.leave_all(Instant::now());
+    let learned = ctx.leases.learned().write(ctx.incus.as_ref());
+    if tokio::time::timeout(HISTORY_BUDGET, learned).await.is_err() {
+        tracing::debug!("what the groups learned was not left in Incus within the budget");
+    }
     // What is still in flight stops here.
     drop(reconciler);
     // Another daemon takes over at once rather than after the lease runs out.

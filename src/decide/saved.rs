@@ -80,6 +80,65 @@ impl Saved {
     pub fn samples(&self) -> usize {
         self.estimates.past.len()
     }
+
+    /// The history made compact, to hand a group over to another daemon: what it learned of
+    /// the group, without what it knew of each instance (the next holder reads those afresh),
+    /// each series at most `most` entries (see [`highest`]: the recommendations within the
+    /// window, the surges and the demand seen are never less than they were; of the others,
+    /// the newest).
+    pub fn summary(&self, most: usize) -> Saved {
+        let e = &self.estimates;
+        Saved {
+            version: self.version,
+            recommendations: highest(&self.recommendations, most),
+            changes: newest(&self.changes, most),
+            acted: newest(&self.acted, most),
+            desired: self.desired,
+            bounds: self.bounds,
+            instances: BTreeMap::new(),
+            estimates: SavedEstimates {
+                hold_away: newest(&e.hold_away, most),
+                hold_gaps: newest(&e.hold_gaps, most),
+                hold_last: e.hold_last,
+                surges: highest(&e.surges, most),
+                returns: highest(&e.returns, most),
+                past: highest(&e.past, most),
+                room: e.room,
+                level: e.level,
+                bases: newest(&e.bases, most),
+                demand: highest(&e.demand, most),
+                oom_kills: BTreeMap::new(),
+            },
+            cpu: BTreeMap::new(),
+        }
+    }
+}
+
+/// The last `most` of `all` (oldest first).
+fn newest<T: Clone>(all: &[T], most: usize) -> Vec<T> {
+    all[all.len().saturating_sub(most)..].to_vec()
+}
+
+/// `all` (oldest first) in at most `most` runs of successive entries, each the highest of
+/// its run at the time of its newest: whatever a window that holds part of a run takes the
+/// highest of, it is never less than it was.
+fn highest<T: Copy + PartialOrd>(all: &[(Ago, T)], most: usize) -> Vec<(Ago, T)> {
+    if most == 0 {
+        return Vec::new();
+    }
+    if all.len() <= most {
+        return all.to_vec();
+    }
+    all.chunks(all.len().div_ceil(most))
+        .filter_map(|c| {
+            let newest = c.last()?.0;
+            let high = c
+                .iter()
+                .map(|(_, v)| *v)
+                .reduce(|a, b| if b > a { b } else { a })?;
+            Some((newest, high))
+        })
+        .collect()
 }
 
 /// `at` as an offset before `now`.
@@ -115,6 +174,18 @@ fn back<T: Copy>(now: Instant, gone: Duration, samples: &[(Ago, T)]) -> VecDeque
 }
 
 impl History {
+    /// Since when it knows the group: its oldest recommendation or demand sample.
+    pub fn since(&self) -> Option<Instant> {
+        let first = |t: Option<Instant>, u: Option<Instant>| match (t, u) {
+            (Some(t), Some(u)) => Some(t.min(u)),
+            (t, u) => t.or(u),
+        };
+        first(
+            self.recommendations.front().map(|(t, _)| *t),
+            self.estimates.past.front().map(|(t, _)| *t),
+        )
+    }
+
     /// The history as data, its times as offsets from `now`.
     pub fn save(&self, now: Instant) -> Saved {
         let e = &self.estimates;

@@ -122,3 +122,46 @@ fn a_deadline_after_the_save_stays_after_it() {
         Some(t0 + Duration::from_secs(20))
     );
 }
+
+#[test]
+fn a_summary_is_bounded_and_never_holds_less_than_the_whole() {
+    // 1,000 recommendations over 1,000 s, one high in the middle, and 1,000 demand samples.
+    let recs: Vec<(Ago, u32)> = (0..1000i64)
+        .map(|k| {
+            (
+                (1000 - k) * 1_000_000_000,
+                if k == 500 { 9 } else { 2 + (k % 3) as u32 },
+            )
+        })
+        .collect();
+    let mut saved = History::default().save(Instant::now());
+    saved.recommendations = recs.clone();
+    saved.estimates.past = recs
+        .iter()
+        .map(|(a, r)| (*a, f64::from(*r) * 10.0))
+        .collect();
+    let summary = saved.summary(32);
+    assert!(summary.recommendations.len() <= 32);
+    assert!(summary.estimates.past.len() <= 32);
+    assert!(summary.instances.is_empty() && summary.cpu.is_empty());
+    // For every window ending now, the highest the summary holds is at least the whole's.
+    for back in (0..=1000i64).step_by(7) {
+        let within = |v: &[(Ago, u32)]| {
+            v.iter()
+                .filter(|(a, _)| *a <= back * 1_000_000_000)
+                .map(|(_, r)| *r)
+                .max()
+        };
+        assert!(
+            within(&summary.recommendations) >= within(&recs),
+            "window of {back} s"
+        );
+    }
+    assert_eq!(
+        summary.recommendations.iter().map(|(_, r)| *r).max(),
+        Some(9)
+    );
+    // Short series are kept whole.
+    let short = History::default().save(Instant::now());
+    assert_eq!(short.summary(32), short);
+}

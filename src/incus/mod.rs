@@ -261,6 +261,14 @@ pub const STORE_KEY: &str = "user.incus-hpa.store";
 /// The value of [`STORE_KEY`] in the lease store.
 pub const STORE_VALUE: &str = "leases";
 
+/// The profile of each project where a lease holder leaves what each group's decisions learned,
+/// for the daemon that takes the group over next (see `crate::lease::learned`): apart from
+/// the lease store, which every renewal reads and writes, so that its size never slows a
+/// renewal. Made by the daemon, marked [`STORE_KEY`]` = `[`LEARNED_VALUE`]; no instance uses it.
+pub const LEARNED_PROFILE: &str = "incus-hpa.learned";
+/// The value of [`STORE_KEY`] in the learned store.
+pub const LEARNED_VALUE: &str = "learned";
+
 /// The lease store of a project ([`LEASE_PROFILE`]), as read: its config, and everything else
 /// a write must send back unchanged, with the ETag a compare-and-swap needs.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -360,6 +368,23 @@ pub trait Incus: Send + Sync {
     /// `Ok(false)` when another writer changed it since `etag` was read (HTTP 412): nothing
     /// was written.
     async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError>;
+    /// The learned store of `project` ([`LEARNED_PROFILE`]), as [`Incus::leases`] reads the
+    /// lease store (made first, marked, when missing). Not every Incus here has one.
+    async fn learned(&self, project: &str) -> Result<LeaseHome, IncusError> {
+        Err(IncusError::Api {
+            what: format!("reading profile {LEARNED_PROFILE} of project {project}"),
+            status: 501,
+            message: "not served here".into(),
+        })
+    }
+    /// Writes the learned store back, as [`Incus::put_leases`] writes the lease store.
+    async fn put_learned(&self, project: &str, _new: &LeaseHome) -> Result<bool, IncusError> {
+        Err(IncusError::Api {
+            what: format!("writing profile {LEARNED_PROFILE} of project {project}"),
+            status: 501,
+            message: "not served here".into(),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@
 
 mod clocks;
 pub mod holder;
+pub mod learned;
 mod record;
 mod round;
 mod store;
@@ -160,6 +161,10 @@ pub struct Leases {
     quiet: tokio::sync::RwLock<()>,
     /// The refusal last logged per project, so that it is logged once, not every renewal.
     refused: Mutex<HashMap<String, String>>,
+    /// What this daemon learned of the groups it holds, for the next holder (see [`learned`]).
+    learned: learned::Outbox,
+    /// What the holders before it left, read when it takes groups over.
+    left: learned::Reads,
     /// Per (project, group), the holder last said to write with a clock running ahead: a live
     /// one rewrites its lease every renewal, and is said once, not at every new value.
     skew_said: Mutex<HashMap<Group, String>>,
@@ -191,6 +196,8 @@ impl Leases {
             writes: tokio::sync::Mutex::new(false),
             quiet: tokio::sync::RwLock::new(()),
             refused: Mutex::new(HashMap::new()),
+            learned: learned::Outbox::default(),
+            left: learned::Reads::default(),
             skew_said: Mutex::new(HashMap::new()),
         }
     }
@@ -265,10 +272,32 @@ impl Leases {
 
     /// Keeps the leases renewed, every third of their length, until the process ends.
     pub async fn keep(self: Arc<Self>, incus: Arc<dyn Incus>) {
+        // The first no sooner than a minute after the start: nothing is learned before, and
+        // the first minute is the busiest (the first passes, their creations).
+        let mut learned_at = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(self.lease / 3).await;
             self.renew_all(incus.as_ref()).await;
+            // What was learned, at most every minute, and not beside this daemon's creations.
+            let due = learned_at.elapsed() >= learned::EVERY;
+            if due && !self.learned.is_empty() {
+                if let Ok(_quiet) = self.quiet.try_write() {
+                    learned_at = tokio::time::Instant::now();
+                    self.learned.write(incus.as_ref()).await;
+                }
+            }
         }
+    }
+
+    /// What this daemon learned of the groups it holds, waiting to be left for the next
+    /// holder ([`learned`]).
+    pub fn learned(&self) -> &learned::Outbox {
+        &self.learned
+    }
+
+    /// What the holders before this daemon left ([`learned`]).
+    pub fn left(&self) -> &learned::Reads {
+        &self.left
     }
 
     /// Gives up every lease held (a clean shutdown); no renewal writes after it. Bounded by

@@ -19,7 +19,8 @@ use super::pass::{self, Failed, Passed, Work};
 use super::runs::Ran;
 use super::{backoff, windows, GroupState, Reconciler, OWN_EVENTS};
 use crate::headroom::Round;
-use crate::model::{GroupName, Reason, Summary};
+use crate::lease::Standing;
+use crate::model::{GroupName, GroupSpec, Reason, Summary};
 
 /// How long after the first of them passes that start share one reading of each host.
 const SHARED_READINGS: Duration = Duration::from_secs(1);
@@ -167,6 +168,16 @@ impl Reconciler {
         self.history.flush(within);
     }
 
+    /// Hands what every group this daemon holds learned over for the next holder (a shutdown:
+    /// the caller writes them before it gives its leases up).
+    pub fn leave_all(&self, now: Instant) {
+        for g in self.groups.values() {
+            if let Some(c) = &g.carried {
+                leave(&self.ctx.leases, &g.spec, &c.history, now);
+            }
+        }
+    }
+
     /// Cancels the programs in flight and starts no other (a shutdown).
     pub fn stop_programs(&mut self) {
         self.runs.stop();
@@ -263,6 +274,9 @@ impl Reconciler {
             self.history.advise(&g.spec, now);
             self.history.write_rows(now);
         }
+        if now >= g.leave_next && leave(&self.ctx.leases, &g.spec, &carried.history, now) {
+            g.leave_next = now + crate::lease::learned::EVERY;
+        }
         g.carried = Some(carried);
         match result {
             Ok((summary, requeue_in, _)) => {
@@ -328,4 +342,29 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// Hands what `spec`'s group learned (`history`, at `now`) over for the next holder, when
+/// this daemon holds the group; `true` when it did.
+fn leave(
+    leases: &crate::lease::Leases,
+    spec: &GroupSpec,
+    history: &crate::decide::History,
+    now: Instant,
+) -> bool {
+    let (project, group) = (spec.project.as_str(), spec.name.as_str());
+    if !matches!(leases.standing(project, group), Standing::Held { .. }) {
+        return false;
+    }
+    let wall = crate::history::unix_ms(std::time::SystemTime::now());
+    if !leases
+        .learned()
+        .leave(project, group, leases.me(), wall, &history.save(now))
+    {
+        tracing::debug!(
+            group,
+            "what {group} learned is too large to leave for the next holder"
+        );
+    }
+    true
 }

@@ -116,6 +116,10 @@ struct GroupState {
     carried: Option<Carried>,
     /// What happened while a pass was in flight, applied when it returns.
     meanwhile: Meanwhile,
+    /// When what the group's decisions learned is next left for the next holder, while this
+    /// daemon holds it (see [`crate::lease::learned`]): the first a minute after the group
+    /// came, when the first write is due, so that what is written is at most a few seconds old.
+    leave_next: Instant,
 }
 
 /// What happened to a group while its pass was in flight.
@@ -174,6 +178,7 @@ impl GroupState {
                 windows: windows(spec),
             }),
             meanwhile: Meanwhile::default(),
+            leave_next: now + crate::lease::learned::EVERY,
         }
     }
 

@@ -18,7 +18,7 @@ use crate::control::LastAction;
 use crate::decide::{decide, History};
 use crate::headroom::{self, Round};
 use crate::incus::IncusError;
-use crate::lease::Standing;
+use crate::lease::{learned, Standing};
 use crate::memory::MemorySource;
 use crate::model::{Action, GroupSpec, Observation, Summary};
 use crate::observe::observe;
@@ -165,6 +165,53 @@ async fn observe_standing(
     }
 }
 
+/// Resumes `history` from what another holder left for `spec`'s group (see
+/// [`crate::lease::learned`]): when it was left at most [`learned::FRESH`] ago and knew the
+/// group for longer than `history` does. A store that cannot be read leaves it as it is.
+async fn take_over(ctx: &Context, spec: &GroupSpec, history: &mut History, now: Instant) {
+    let (project, group) = (spec.project.as_str(), spec.name.as_str());
+    let left = match ctx
+        .leases
+        .left()
+        .left(ctx.incus.as_ref(), project, group)
+        .await
+    {
+        Ok(Some(left)) => left,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!(group, error = %e, "cannot read what the last holder of {group} left: {e}");
+            return;
+        }
+    };
+    let wall = crate::history::unix_ms(std::time::SystemTime::now());
+    let gone = Duration::from_millis(u64::try_from(wall - left.at_unix_ms).unwrap_or(0));
+    if left.holder == ctx.leases.me() || gone > learned::FRESH {
+        return;
+    }
+    let resumed = History::resume(spec, &left.saved, gone, now);
+    let Some(since) = resumed.since() else { return };
+    if history.since().is_some_and(|own| own <= since) {
+        return;
+    }
+    let known = |t: Instant| {
+        humantime::format_duration(Duration::from_secs(
+            now.saturating_duration_since(t).as_secs(),
+        ))
+    };
+    tracing::info!(
+        group,
+        "{group} taken over from {}: resumes from what it left {} ago (it knew the group for \
+         {}; this daemon for {})",
+        crate::lease::holder::short(&left.holder),
+        humantime::format_duration(Duration::from_secs(gone.as_secs())),
+        known(since),
+        history
+            .since()
+            .map_or_else(|| "no time".into(), |t| known(t).to_string())
+    );
+    *history = resumed;
+}
+
 /// One pass for one group: observe, decide, act, and remember what happened. A plan that
 /// adds instances is decided again with the hosts' memory, read then (see
 /// [`crate::headroom`]), within what the other passes of its round planned.
@@ -220,6 +267,13 @@ pub(super) async fn reconcile(
         if c.reported.insert(f.name.clone()) {
             report::foreign(spec, f);
         }
+    }
+    // A group this daemon now holds and did not at its last pass (or has not passed yet):
+    // what the holder before it left, when that knows more than its own history.
+    if matches!(standing, Standing::Held { .. })
+        && last.as_ref().is_none_or(|l| l.standby.is_some())
+    {
+        take_over(ctx, spec, &mut c.history, now).await;
     }
     // Only the holder of the group's lease acts; it does nothing past the lease's end.
     let standby = standing.standby();

@@ -76,6 +76,8 @@ struct State {
     followers: Vec<tokio::sync::mpsc::UnboundedSender<Lifecycle>>,
     /// Lease stores by project, and a version per project for its ETag.
     projects: BTreeMap<String, (LeaseHome, u64)>,
+    /// The learned store of each project (its config) and how often it was written.
+    learned: BTreeMap<String, (BTreeMap<String, String>, u64)>,
     /// Projects made with `features.profiles=false`: their profiles are the default project's.
     default_profiles: std::collections::BTreeSet<String>,
     /// The next project writes meet another writer first (HTTP 412).
@@ -844,9 +846,47 @@ impl Incus for FakeIncus {
             true
         }))
     }
+
+    async fn learned(&self, project: &str) -> Result<LeaseHome, IncusError> {
+        self.call("learned")?;
+        Ok(self.with(|s| {
+            let (config, version) = s.learned.entry(project.to_owned()).or_insert_with(|| {
+                let mut c = BTreeMap::new();
+                c.insert(STORE_KEY.into(), incus_hpa::incus::LEARNED_VALUE.into());
+                (c, 0)
+            });
+            LeaseHome {
+                config: config.clone(),
+                etag: format!("v{version}"),
+                project: project.to_owned(),
+                ..LeaseHome::default()
+            }
+        }))
+    }
+
+    async fn put_learned(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
+        self.call("put_learned")?;
+        Ok(self.with(|s| {
+            let entry = s.learned.entry(project.to_owned()).or_default();
+            if format!("v{}", entry.1) != new.etag {
+                return false;
+            }
+            *entry = (new.config.clone(), entry.1 + 1);
+            true
+        }))
+    }
 }
 
 impl FakeIncus {
+    /// What the learned store of `project` holds under `key`, and how often it was written.
+    pub fn learned_value(&self, project: &str, key: &str) -> (Option<String>, u64) {
+        self.with(|s| {
+            s.learned
+                .get(project)
+                .map_or((None, 0), |(c, n)| (c.get(key).cloned(), *n))
+        })
+    }
+
     /// Makes every instance read (`get`) answer `time` after it came (what it says is the
     /// state when it came), or at once (`None`), and counts the reads in flight at once.
     pub fn set_read_time(&self, time: Option<std::time::Duration>) {

@@ -429,3 +429,59 @@ async fn status_says_who_acts_when_asked_not_when_the_last_pass_ran() {
 
 #[path = "leases_rounds.rs"]
 mod rounds;
+
+#[tokio::test(start_paused = true)]
+async fn a_daemon_that_takes_a_group_over_starts_from_what_the_last_holder_learned() {
+    // Kubernetes' rule with a 120 s scale-down window: a daemon that knows nothing of the
+    // group holds a whole window from its start; one that resumes from the last holder's
+    // summary ends the window that began under the last holder when it would have ended.
+    let toml = web(1, 6).replace(
+        "scale_down_stabilization = \"60s\"",
+        "scale_down_stabilization = \"120s\"\npolicy = \"kubernetes\"",
+    );
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(80.0));
+    let a = Harness::start_as("host-a:1:aaaa", &toml, fake.clone());
+    eventually("scaled up to 4", MINUTE, || fake.running("web") >= 4).await;
+    let high = fake.running("web");
+    *fake.default_memory.lock().unwrap() = Some(mem(5.0));
+    fake.set_group_memory("web", 5.0);
+    let dropped = tokio::time::Instant::now();
+    // A summary left after the drop (what A holds the count for: the recommendations of the
+    // window), then A dies where it stands.
+    let key = "user.incus-hpa.learned.default.web";
+    run_for(Duration::from_secs(40)).await;
+    let (_, writes) = fake.learned_value("default", key);
+    eventually(
+        "a summary left after the drop",
+        Duration::from_secs(90),
+        || fake.learned_value("default", key).1 > writes,
+    )
+    .await;
+    let (left, _) = fake.learned_value("default", key);
+    assert!(
+        left.as_deref()
+            .is_some_and(|l| l.contains("\"holder\":\"host-a:1:aaaa\"")),
+        "{left:?}"
+    );
+    assert!(left.unwrap().len() <= incus_hpa::lease::learned::MOST_BYTES);
+    assert_eq!(fake.running("web"), high, "held within the window");
+    a.kill();
+    let b = Harness::start_as("host-b:2:bbbb", &toml, fake.clone());
+    let started = tokio::time::Instant::now();
+    eventually(
+        "down to 1 when the window that began under A ends",
+        MINUTE * 3,
+        || fake.running("web") == 1,
+    )
+    .await;
+    let since_drop = dropped.elapsed();
+    let since_start = started.elapsed();
+    // The window from the drop (120 s) plus a pass, not a new window of 120 s from B's start.
+    assert!(since_drop >= Duration::from_secs(120), "{since_drop:?}");
+    assert!(
+        since_start < Duration::from_secs(110),
+        "held a whole new window: {since_start:?} after B started, {since_drop:?} after the drop"
+    );
+    b.shutdown().await;
+}

@@ -3,7 +3,9 @@
 //! project's lease store, the profile `incus-hpa.leases`; one daemon acts and the
 //! others stand by; the group never grows past what one daemon would
 //! make; a SIGKILLed holder is replaced by the other, and a SIGSTOPped one that wakes after its
-//! lease ran out does not act until it holds the lease again.
+//! lease ran out does not act until it holds the lease again. And a daemon that takes a group
+//! over from a dead holder resumes from what that holder left in the learned store, the
+//! profile `incus-hpa.learned`.
 
 use std::process::Command;
 use std::time::Duration;
@@ -126,5 +128,90 @@ fn real_three_daemons_take_turns_and_never_fight() {
         b.log()
     );
     assert_eq!(c.terminate(), Some(0), "{}", c.log());
+    assert_eq!(b.terminate(), Some(0), "{}", b.log());
+}
+
+/// What the holder of `group` left for the next one, as stored: `(holder, at_unix_ms)`.
+fn left(group: &str) -> Option<(String, i64)> {
+    let out = Command::new("incus")
+        .args([
+            "profile",
+            "get",
+            "incus-hpa.learned",
+            &format!("user.incus-hpa.learned.default.{group}"),
+        ])
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some((v["holder"].as_str()?.to_owned(), v["at_unix_ms"].as_i64()?))
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
+#[ignore = "needs a real Incus with the busybox image (scripts/test.sh runs it)"]
+fn real_a_new_holder_resumes_from_what_the_dead_one_left() {
+    let mut a = Lab::new("left");
+    let g = a.group.clone();
+    // Kubernetes' rule with a 90 s scale-down window: the window that begins under the first
+    // holder ends, under the second, when it would have; one that knew nothing would hold
+    // 90 s from its own start.
+    let toml = toml(&a, 1, 2, None).replace(
+        "scale_down_stabilization = \"6s\"",
+        "scale_down_stabilization = \"90s\"\npolicy = \"kubernetes\"",
+    );
+    a.start(&toml);
+    eventually(&a, "1 running", MINUTE, || running(&g) == 1);
+    let first = managed(&g)[0].0.clone();
+    a.exec(&first, FILL);
+    eventually(&a, "2 running", MINUTE, || running(&g) == 2);
+    a.exec(&first, "rm -f /dev/shm/fill");
+    let dropped = wall_ms();
+    // A summary left after the drop (at most a minute later), then the holder dies.
+    eventually(&a, "a summary left after the drop", 2 * MINUTE, || {
+        left(&g).is_some_and(|(_, at)| at > dropped)
+    });
+    let pid_a = a.daemon.as_ref().unwrap().id();
+    assert!(left(&g).unwrap().0.contains(&format!(":{pid_a}:")));
+    assert_eq!(running(&g), 2, "held within the window\n{}", a.log());
+    signal(&a, "-KILL");
+    let mut b = a.beside();
+    b.start(&toml.replace(
+        &a.dir.path().join("control.sock").display().to_string(),
+        &b.dir.path().join("control.sock").display().to_string(),
+    ));
+    eventually(
+        &b,
+        "the new holder resumes from what the dead one left",
+        MINUTE,
+        || b.log_count(&["taken over from", "resumes from what it left"]) > 0,
+    );
+    let took_over = std::time::Instant::now();
+    if let Some(line) = b.log().lines().find(|l| l.contains("taken over from")) {
+        eprintln!("{line}");
+    }
+    eventually(
+        &b,
+        "down to 1 when the window that began under A ends",
+        2 * MINUTE,
+        || running(&g) == 1,
+    );
+    let after = took_over.elapsed();
+    let since_drop = Duration::from_millis((wall_ms() - dropped) as u64);
+    assert!(
+        since_drop >= Duration::from_secs(85),
+        "scaled down within the window: {since_drop:?}\n{}",
+        b.log()
+    );
+    assert!(
+        after < Duration::from_secs(80),
+        "held a new window: {after:?} after the takeover\n{}",
+        b.log()
+    );
     assert_eq!(b.terminate(), Some(0), "{}", b.log());
 }

@@ -256,11 +256,19 @@ impl Incus for Client {
     }
 
     async fn leases(&self, project: &str) -> Result<LeaseHome, IncusError> {
-        store::read(self, project).await
+        store::read(self, project, &store::LEASES).await
     }
 
     async fn put_leases(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
-        store::write(self, project, new).await
+        store::write(self, project, new, &store::LEASES).await
+    }
+
+    async fn learned(&self, project: &str) -> Result<LeaseHome, IncusError> {
+        store::read(self, project, &store::LEARNED).await
+    }
+
+    async fn put_learned(&self, project: &str, new: &LeaseHome) -> Result<bool, IncusError> {
+        store::write(self, project, new, &store::LEARNED).await
     }
 
     async fn memory_metrics(

@@ -1,6 +1,7 @@
 //! The lease store (`crate::lease`) over the API: the project's profile [`LEASE_PROFILE`],
 //! read with its ETag (made first, marked [`STORE_KEY`], when no profile has that name), and
-//! written back whole (config, description, devices) with `If-Match`.
+//! written back whole (config, description, devices) with `If-Match`; and the learned store
+//! ([`LEARNED_PROFILE`]) the same way.
 
 use std::collections::BTreeMap;
 
@@ -9,20 +10,51 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{enc, incus_text, Client};
-use crate::incus::{IncusError, LeaseHome, LEASE_PROFILE, STORE_KEY, STORE_VALUE};
+use crate::incus::{
+    IncusError, LeaseHome, LEARNED_PROFILE, LEARNED_VALUE, LEASE_PROFILE, STORE_KEY, STORE_VALUE,
+};
 
-pub(super) async fn read(client: &Client, project: &str) -> Result<LeaseHome, IncusError> {
-    let what = format!("reading profile {LEASE_PROFILE} of project {project}");
-    let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
+/// One of the daemon's stores: its profile's name, the value of [`STORE_KEY`] that marks it,
+/// the description it is made with, and whether a read makes it when it is missing (the
+/// learned store is made by its first write: a daemon that only reads it makes nothing).
+pub(super) struct Kind {
+    profile: &'static str,
+    value: &'static str,
+    description: &'static str,
+    made_by_reads: bool,
+}
+
+pub(super) const LEASES: Kind = Kind {
+    profile: LEASE_PROFILE,
+    value: STORE_VALUE,
+    description: "incus-hpa's lease store (user.incus-hpa.lease.GROUP): made by incus-hpa; attach it to no instance",
+    made_by_reads: true,
+};
+
+pub(super) const LEARNED: Kind = Kind {
+    profile: LEARNED_PROFILE,
+    value: LEARNED_VALUE,
+    description: "what incus-hpa's lease holders learned, for the next (user.incus-hpa.learned.PROJECT.GROUP): made by incus-hpa; attach it to no instance",
+    made_by_reads: false,
+};
+
+pub(super) async fn read(
+    client: &Client,
+    project: &str,
+    kind: &Kind,
+) -> Result<LeaseHome, IncusError> {
+    let profile = kind.profile;
+    let what = format!("reading profile {profile} of project {project}");
+    let path = format!("/1.0/profiles/{profile}?project={}", enc(project));
     let read = client
         .exchange(Method::GET, &path, None, client.timeout, &what, None)
         .await;
     let (_, etag, env) = match read {
-        Err(e) if e.is_not_found() => {
+        Err(e) if e.is_not_found() && kind.made_by_reads => {
             let body = serde_json::json!({
-                "name": LEASE_PROFILE,
-                "description": "incus-hpa's lease store (user.incus-hpa.lease.GROUP): made by incus-hpa; attach it to no instance",
-                "config": { STORE_KEY: STORE_VALUE },
+                "name": profile,
+                "description": kind.description,
+                "config": { STORE_KEY: kind.value },
                 "devices": {},
             });
             let create = format!("/1.0/profiles?project={}", enc(project));
@@ -32,7 +64,7 @@ pub(super) async fn read(client: &Client, project: &str) -> Result<LeaseHome, In
                     &create,
                     Some(&body),
                     client.timeout,
-                    &format!("creating profile {LEASE_PROFILE} in project {project}"),
+                    &format!("creating profile {profile} in project {project}"),
                 )
                 .await;
             match made {
@@ -78,9 +110,30 @@ pub(super) async fn write(
     client: &Client,
     project: &str,
     new: &LeaseHome,
+    kind: &Kind,
 ) -> Result<bool, IncusError> {
-    let what = format!("writing profile {LEASE_PROFILE} of project {project}");
-    let path = format!("/1.0/profiles/{LEASE_PROFILE}?project={}", enc(project));
+    let profile = kind.profile;
+    if new.etag.is_empty() {
+        // Not read: made with what it holds (409: another writer made it first).
+        let body = serde_json::json!({
+            "name": profile,
+            "description": kind.description,
+            "config": new.config,
+            "devices": {},
+        });
+        let create = format!("/1.0/profiles?project={}", enc(project));
+        let what = format!("creating profile {profile} in project {project}");
+        return match client
+            .send(Method::POST, &create, Some(&body), client.timeout, &what)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(IncusError::Api { status: 409, .. }) => Ok(false),
+            Err(e) => Err(e),
+        };
+    }
+    let what = format!("writing profile {profile} of project {project}");
+    let path = format!("/1.0/profiles/{profile}?project={}", enc(project));
     // A PUT replaces the whole profile: what was read goes back with it.
     let body = serde_json::json!({
         "config": new.config,
