@@ -34,6 +34,7 @@
 
 pub mod adaptive;
 mod bounds;
+mod forecast;
 mod headroom;
 mod health;
 mod history;

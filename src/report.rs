@@ -71,6 +71,13 @@ pub fn decision(spec: &GroupSpec, plan: &Plan, notable: bool, standby: Option<&s
         Reason::NoMetrics => format!("no memory reading: keeping {d}"),
         Reason::WithinTolerance => format!("memory {util} near target {target}%: keeping {d}"),
         Reason::AtLimit => format!("an instance is at its memory limit (memory {util}): scaling up from {p} to {d}"),
+        Reason::Forecast => format!(
+            "memory {util}, and the demand repeats: a rise is due{}: scaling up from {p} to {d} before it",
+            plan.hold.and_then(|h| h.forecast).map_or(String::new(), |f| format!(
+                " (one period ago, {} before now)",
+                human(f.every)
+            ))
+        ),
         Reason::Protected => format!(
             "{d} desired, but {} protected instance(s) ({}=true) cannot be removed: keeping {c}",
             plan.protected, crate::model::PROTECTED_KEY

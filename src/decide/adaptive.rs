@@ -31,6 +31,11 @@
 //!   hour's demand holds a level, the count is at most the one that would have cost least over
 //!   its readings, and never fewer than holds the demand now within tolerance and the hour's
 //!   highest reading short of the limit.
+//! - **Load that repeats** (a sawtooth, a wave, a batch every ten minutes): where the last
+//!   hour's demand has a period ([`super::forecast`]), the count holds what came one period
+//!   ago over the next pass and the time new instances take, so that they are there before the
+//!   rise comes again, and keeps the instances it says are needed within [`KEEP`]; that
+//!   replaces the room for surges and the learned hold while it lasts.
 //!
 //! How long a drop is held is learned from how the group's drops came back ([`super::hold`]),
 //! within its `scale_down_stabilization`; `status` and the journal name the window, the room,
@@ -76,6 +81,15 @@ const LEVEL_SAMPLES: usize = 20;
 /// rise ([`RISE_T`]), over the hour.
 const LEVEL_T: f64 = 3.0;
 
+/// How often the period of the demand is looked for again.
+const PERIOD_AGAIN: Duration = Duration::from_secs(60);
+/// What new instances take to serve, beyond the next pass (see [`super::forecast`]).
+const LEAD: Duration = Duration::from_secs(5);
+/// An instance the forecast says is needed again within this long is kept: a removal and a
+/// creation weigh as much as 4 instance-minutes (the simulator's `2 × churn` each, against
+/// a wasted instance-minute).
+const KEEP: Duration = Duration::from_secs(240);
+
 /// What a second at the limit costs against a second overloaded (the simulator's `10 ×
 /// oom_s`, on top of the second overloaded).
 const AT_LIMIT_WEIGHT: f64 = 11.0;
@@ -103,6 +117,11 @@ pub struct Estimates {
     pub(super) demand: VecDeque<(Instant, f64)>,
     /// The OOM killer's count per instance at the last pass.
     pub(super) oom_kills: BTreeMap<String, u64>,
+    /// The period of the demand found at `period_at` (see [`super::forecast`]).
+    pub(super) period: Option<super::forecast::Period>,
+    pub(super) period_at: Option<Instant>,
+    /// What the forecast did at the last pass, for `status` and the journal.
+    pub(super) forecast: Option<crate::model::Forecast>,
 }
 
 impl Estimates {
@@ -115,16 +134,25 @@ impl Estimates {
     /// The scale-down window in force, learned from how the drops of the last hour came back
     /// ([`super::hold`]), within the group's `scale_down_stabilization`.
     pub fn window(&self, spec: &GroupSpec) -> Duration {
-        self.hold.learned(spec).window
+        self.learned(spec).window
     }
 
     /// The scale-down window in force and what it was learned from, with the room kept for
     /// surges at the last pass.
     pub fn learned(&self, spec: &GroupSpec) -> Learned {
+        let hold = self.hold.learned(spec);
         Learned {
+            // Where the demand repeats, the forecast keeps what comes back within [`KEEP`]:
+            // no window holds drops beyond it.
+            window: if self.forecast.is_some() {
+                Duration::ZERO
+            } else {
+                hold.window
+            },
             room: self.room,
             level: self.level,
-            ..self.hold.learned(spec)
+            forecast: self.forecast,
+            ..hold
         }
     }
 
@@ -247,6 +275,23 @@ impl Estimates {
         }
         let middle = changes.len() / 2;
         *changes.select_nth_unstable_by(middle, f64::total_cmp).1
+    }
+
+    /// Where the demand of the last hour repeats (found again at most every
+    /// [`PERIOD_AGAIN`]): its period, and the highest demand of one period ago over the next
+    /// `interval` + [`LEAD`] and over the next [`KEEP`].
+    fn look_ahead(&mut self, now: Instant, interval: Duration) -> Option<(Duration, f64, f64)> {
+        if self
+            .period_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= PERIOD_AGAIN)
+        {
+            self.period = super::forecast::period(&self.past, now, interval);
+            self.period_at = Some(now);
+        }
+        let p = self.period?;
+        let soon = p.ahead(&self.past, now, interval + LEAD)?;
+        let kept = p.ahead(&self.past, now, KEEP).unwrap_or(soon);
+        Some((p.every, soon, kept))
     }
 
     /// Records `demand` and returns its growth rate, bytes per second: the slowest growth
@@ -493,7 +538,28 @@ pub fn recommend(
     // the largest of the last hour that came again: a surge like it comes before the next
     // pass can add instances.
     let per_limit = AT_LIMIT * mean_limit - base;
-    let surge = surge.max(returning);
+    // Looking ahead: where the demand repeats with a period, what it did one period ago says
+    // what comes (see [`super::forecast`]). The count then holds, within tolerance, what comes
+    // within the time new instances take (before the recurring rise, not after it) and keeps
+    // the instances needed again within [`KEEP`] (a removal and a creation cost more than
+    // keeping one that long); that is the room for surges, and the hold, while it lasts.
+    let ahead = (per_instance > 0.0 && per_limit > 0.0)
+        .then(|| est.look_ahead(now, spec.interval))
+        .flatten();
+    est.forecast = None;
+    let reactive = needed;
+    let (needed, surge, forecast) = match ahead {
+        Some((every, soon, kept)) => {
+            let soon = count(soon, per_tolerated);
+            let kept = count(kept, per_tolerated).min(f64::from(base_count));
+            est.forecast = Some(crate::model::Forecast {
+                every,
+                raised: None,
+            });
+            (needed.max(soon).max(kept), 0.0, soon)
+        }
+        None => (needed, surge.max(returning), 0.0),
+    };
     let needed = if surge > 0.0 && per_limit > 0.0 {
         needed.max(count(demand + surge, per_limit))
     } else {
@@ -575,8 +641,15 @@ pub fn recommend(
         needed,
         wanting * spec.interval.as_secs_f64() / 2.0,
     );
+    // The forecast raised the count: it asked for more than the rules above, and than there are.
+    let by_forecast =
+        !at_limit && needed > base_count && forecast > reactive && forecast >= f64::from(needed);
+    if let Some(f) = est.forecast.as_mut().filter(|_| by_forecast) {
+        f.raised = Some(needed);
+    }
     let reason = match needed.cmp(&base_count) {
         std::cmp::Ordering::Greater if at_limit => Reason::AtLimit,
+        std::cmp::Ordering::Greater if by_forecast => Reason::Forecast,
         std::cmp::Ordering::Greater => Reason::AboveThreshold,
         std::cmp::Ordering::Less => Reason::BelowThreshold,
         std::cmp::Ordering::Equal => Reason::WithinTolerance,

@@ -3,7 +3,7 @@
 //! carried ahead, the margin kept while the demand rises through its noise, the count a level
 //! of the last hour needs, the scale-down window learned from how drops came back, room for
 //! surges that came again, the pass woken by a reading at the limit or above the tolerance,
-//! and the guards it shares with `kubernetes` (bounds, a missing metric never scales down).
+//! the instances added before a recurring rise, and the guards it shares with `kubernetes` (bounds, a missing metric never scales down).
 
 use std::time::Duration;
 
@@ -360,4 +360,42 @@ fn a_level_of_the_last_hour_holds_the_count_to_what_its_readings_needed() {
     assert!(levels.iter().all(|l| (5..=9).contains(l)), "{levels:?}");
     // A demand that rises holds no level.
     assert_eq!(run(1.0), Vec::<u32>::new());
+}
+
+#[test]
+fn a_recurring_rise_is_met_before_it_comes_again() {
+    let s = adaptive(1, 20, 50.0);
+    let (mut h, t0) = settled(1);
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    // A batch every 10 minutes: 100 MiB for a minute, 20 MiB the rest (new instances at once).
+    let demand = |t: u64| if t % 600 >= 540 { 100 } else { 20 };
+    let mut n = 1;
+    let (mut raised, mut ready, mut said) = (Vec::new(), Vec::new(), String::new());
+    for t in (0..=3600).step_by(15) {
+        let each = (demand(t) / u64::from(n)).min(62);
+        let o = of((0..n).map(|k| inst(i64::from(k), each, 600)).collect());
+        let p = decide(&s, &o, &mut h, at(t));
+        if p.reason == Reason::Forecast {
+            raised.push(t);
+            said = p.hold.map(|h| h.describe()).unwrap_or_default();
+        }
+        // The last pass before each rise.
+        if t % 600 == 525 {
+            ready.push((t, p.desired));
+        }
+        n = p.desired;
+    }
+    // Before the period is seen (two periods and a little more), the rise is met when it
+    // comes; once it is, the passes just before the rise add the instances, and say so.
+    assert!(ready.iter().any(|&(t, d)| t < 1200 && d < 3), "{ready:?}");
+    let first = raised
+        .iter()
+        .copied()
+        .find(|t| (480..540).contains(&(t % 600)))
+        .unwrap_or_else(|| panic!("no forecast raised the count before a rise: {raised:?}"));
+    assert!(said.contains("the demand repeats every 10m"), "{said}");
+    assert!(said.contains("(raised to "), "{said}");
+    for &(t, d) in ready.iter().filter(|(t, _)| *t > first) {
+        assert!(d >= 3, "{d} instances before the rise at {t}: {ready:?}");
+    }
 }

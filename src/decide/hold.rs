@@ -132,6 +132,7 @@ impl Hold {
                 back_within: 0,
                 room: None,
                 level: None,
+                forecast: None,
             };
         }
         let step = spec.interval.max(Duration::from_secs(1));
@@ -165,6 +166,7 @@ impl Hold {
                 .count(),
             room: None,
             level: None,
+            forecast: None,
         }
     }
 }

@@ -16,11 +16,12 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::adaptive::Estimates;
+use super::forecast::Period;
 use super::health::Tracked;
 use super::history::{Bounds, History};
 use super::hold::{Gap, Hold};
 use super::signals::CpuCounters;
-use crate::model::{GroupSpec, Room};
+use crate::model::{Forecast, GroupSpec, Room};
 
 /// The version of [`Saved`] this build writes and reads.
 pub const VERSION: u32 = 1;
@@ -73,6 +74,14 @@ struct SavedEstimates {
     bases: Vec<(Ago, u64)>,
     demand: Vec<(Ago, f64)>,
     oom_kills: BTreeMap<String, u64>,
+    /// The period of the demand found last (every, fit, step: ns, Pearson's r, ns), when it
+    /// was looked for, and what the forecast did at the last pass (every in ns, raised to).
+    #[serde(default)]
+    period: Option<(u64, f64, u64)>,
+    #[serde(default)]
+    period_at: Option<Ago>,
+    #[serde(default)]
+    forecast: Option<(u64, Option<u32>)>,
 }
 
 impl Saved {
@@ -108,6 +117,9 @@ impl Saved {
                 bases: newest(&e.bases, most),
                 demand: highest(&e.demand, most),
                 oom_kills: BTreeMap::new(),
+                period: e.period,
+                period_at: e.period_at,
+                forecast: e.forecast,
             },
             cpu: BTreeMap::new(),
         }
@@ -160,6 +172,10 @@ fn at(now: Instant, gone: Duration, ago: Ago) -> Option<Instant> {
     } else {
         now.checked_add(magnitude)
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn out<T: Copy>(now: Instant, samples: &VecDeque<(Instant, T)>) -> Vec<(Ago, T)> {
@@ -242,6 +258,9 @@ impl History {
                 bases: out(now, &e.bases),
                 demand: out(now, &e.demand),
                 oom_kills: e.oom_kills.clone(),
+                period: e.period.map(|p| (nanos(p.every), p.fit, nanos(p.step))),
+                period_at: e.period_at.map(|t| ago(now, t)),
+                forecast: e.forecast.map(|f| (nanos(f.every), f.raised)),
             },
             cpu: self
                 .cpu
@@ -286,6 +305,16 @@ impl History {
             bases: back(now, gone, &e.bases),
             demand: back(now, gone, &e.demand),
             oom_kills: e.oom_kills.clone(),
+            period: e.period.map(|(every, fit, step)| Period {
+                every: Duration::from_nanos(every),
+                fit,
+                step: Duration::from_nanos(step),
+            }),
+            period_at: when(e.period_at),
+            forecast: e.forecast.map(|(every, raised)| Forecast {
+                every: Duration::from_nanos(every),
+                raised,
+            }),
         };
         let instances = saved
             .instances

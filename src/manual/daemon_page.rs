@@ -407,7 +407,7 @@ fn journal(p: &mut Page) {
 
 /// Every reason of a decision, in the page's order ([`reason`] fails to compile without a new
 /// one; a test checks that each name is on the page).
-pub const REASONS: [Reason; 21] = [
+pub const REASONS: [Reason; 22] = [
     Reason::BelowMin,
     Reason::AboveMax,
     Reason::ScheduleMin,
@@ -415,6 +415,7 @@ pub const REASONS: [Reason; 21] = [
     Reason::WindowClosed,
     Reason::AboveThreshold,
     Reason::AtLimit,
+    Reason::Forecast,
     Reason::BelowThreshold,
     Reason::CpuAboveThreshold,
     Reason::CpuBelowThreshold,
@@ -467,6 +468,11 @@ fn reason(r: Reason) -> &'static str {
         }
         Reason::ExternalBelowTarget => {
             "An external value asks for fewer instances, and no other signal holds the count."
+        }
+        Reason::Forecast => {
+            "The demand of the last hour repeats with a period, and one period ago it rose \
+             within the time new instances take: instances are added before the rise comes \
+             again (policy adaptive)."
         }
         Reason::AtLimit => {
             "An instance is at its memory limit, or its OOM killer killed since the last pass: \

@@ -29,6 +29,9 @@ pub enum Reason {
     /// An instance is at its memory limit: the demand is unknown, the count at least doubles
     /// (`adaptive` policy).
     AtLimit,
+    /// The demand repeats, and one period ago it rose within the time new instances take:
+    /// instances are added before the rise (`adaptive` policy).
+    Forecast,
     /// CPU use asks for more instances.
     CpuAboveThreshold,
     /// CPU use asks for fewer instances.
@@ -68,6 +71,7 @@ impl Reason {
             Reason::StabilizingUp => "stabilizing-up",
             Reason::Protected => "protected",
             Reason::AtLimit => "at-limit",
+            Reason::Forecast => "forecast",
             Reason::CpuAboveThreshold => "cpu-above-threshold",
             Reason::CpuBelowThreshold => "cpu-below-threshold",
             Reason::PressureAboveThreshold => "pressure-above-threshold",
@@ -327,6 +331,18 @@ pub struct HoldWindow {
     /// (the count that would have cost least over the hour's readings), if it held it below
     /// what the other rules asked for.
     pub level: Option<u32>,
+    /// The demand repeats: the forecast in force at the last pass, if any.
+    pub forecast: Option<Forecast>,
+}
+
+/// What the `adaptive` policy's forecast did (`src/decide/forecast.rs`): the demand repeats
+/// every `every`, and the count holds what one period ago says comes next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Forecast {
+    /// The period found in the last hour's demand.
+    pub every: Duration,
+    /// The count the forecast raised the group to at the last pass, ahead of a recurring rise.
+    pub raised: Option<u32>,
 }
 
 /// The room the `adaptive` policy keeps for surges (`src/decide/adaptive.rs`).
@@ -340,17 +356,25 @@ pub struct Room {
 
 impl HoldWindow {
     /// For people: "holding 1m 30s after drops (learned: 3 of the last hour's 5 drops came
-    /// back within 1m 30s); room for a surge of 120 MiB".
+    /// back within 1m 30s); room for a surge of 120 MiB", or, where the demand repeats, "the
+    /// demand repeats every 7m: keeping the instances one period ago says are needed within
+    /// 4m, and adding them before each recurring rise (raised to 9)".
     pub fn describe(&self) -> String {
         let w = humantime::format_duration(Duration::from_secs(self.window.as_secs()));
-        let hold = match (self.drops, self.window.is_zero()) {
-            (0, true) => "letting drops go at once (nothing learned yet)".into(),
-            (0, false) => format!("holding {w} after drops (nothing learned yet: no drop in the last hour)"),
-            (n, true) => format!(
+        let hold = match (self.forecast, self.drops, self.window.is_zero()) {
+            (Some(f), _, _) => format!(
+                "the demand repeats every {}: keeping the instances one period ago says are \
+                 needed within 4m, and adding them before each recurring rise{}",
+                humantime::format_duration(Duration::from_secs(f.every.as_secs())),
+                f.raised.map_or(String::new(), |n| format!(" (raised to {n})"))
+            ),
+            (None, 0, true) => "letting drops go at once (nothing learned yet)".into(),
+            (None, 0, false) => format!("holding {w} after drops (nothing learned yet: no drop in the last hour)"),
+            (None, n, true) => format!(
                 "letting drops go at once (learned: holding none of the last hour's {n} drop{} would have paid)",
                 plural(n)
             ),
-            (n, false) => format!(
+            (None, n, false) => format!(
                 "holding {w} after drops (learned: {} of the last hour's {n} drop{} came back within {w})",
                 self.back_within,
                 plural(n)

@@ -133,13 +133,13 @@ const HOLDS: [(&str, f64, usize, usize); 10] = [
     ("steps", 0.347, 0, 0),
     ("spikes", 0.386, 0, 0),
     ("ramps", 0.381, 1, 0),
-    ("sawtooth-up", 0.972, 0, 0),
-    ("sawtooth-down", 0.473, 0, 0),
-    ("sines", 0.657, 0, 0),
+    ("sawtooth-up", 0.935, 0, 0),
+    ("sawtooth-down", 0.372, 0, 0),
+    ("sines", 0.631, 0, 0),
     ("noise", 0.677, 0, 0),
     ("daily", 0.546, 0, 0),
     ("bursts", 0.504, 0, 5),
-    ("sums", 0.576, 0, 1),
+    ("sums", 0.573, 0, 1),
 ];
 
 /// The families on every trace of which the default policy holds the bounds.
@@ -194,7 +194,7 @@ fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
     }
     let d = families::distribution("all", &all).unwrap();
     assert!(
-        d.total <= 0.502 && d.above_bound <= 1 && d.oom_above <= 6,
+        d.total <= 0.478 && d.above_bound <= 1 && d.oom_above <= 6,
         "{d:?}"
     );
 }
