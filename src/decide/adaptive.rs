@@ -82,7 +82,7 @@ const LEVEL_SAMPLES: usize = 20;
 const LEVEL_T: f64 = 3.0;
 
 /// How often the period of the demand is looked for again.
-const PERIOD_AGAIN: Duration = Duration::from_secs(60);
+const PERIOD_AGAIN: Duration = Duration::from_secs(180);
 /// What new instances take to serve, beyond the next pass (see [`super::forecast`]).
 const LEAD: Duration = Duration::from_secs(5);
 /// An instance the forecast says is needed again within this long is kept: a removal and a

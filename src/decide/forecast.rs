@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The most steps the last hour is looked at in.
-pub const POINTS: usize = 360;
+pub const POINTS: usize = 240;
 /// How well the demand must correlate with itself one period earlier (Pearson's r).
 pub const FIT: f64 = 0.9;
 /// How well the demand must correlate with itself two periods earlier, over at least

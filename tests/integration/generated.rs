@@ -135,7 +135,7 @@ const HOLDS: [(&str, f64, usize, usize); 10] = [
     ("ramps", 0.381, 1, 0),
     ("sawtooth-up", 0.935, 0, 0),
     ("sawtooth-down", 0.372, 0, 0),
-    ("sines", 0.631, 0, 0),
+    ("sines", 0.632, 0, 0),
     ("noise", 0.677, 0, 0),
     ("daily", 0.546, 0, 0),
     ("bursts", 0.504, 0, 5),
