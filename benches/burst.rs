@@ -258,6 +258,7 @@ async fn main() {
                 "[groups.bench-warm.config]",
                 &format!("warm_pool = {warm}\n[groups.bench-warm.config]"),
             );
+            forget_learned(LATENCY);
             let child = daemon(dir, &text, &log);
             let minute = Duration::from_secs(60);
             until_logged(incus.as_ref(), &log, CREATED, LATENCY, 1, minute).await;

@@ -57,9 +57,18 @@ stop_daemon() {
     fi
     daemon=""
 }
+# What the last daemon learned of the groups (the summary a stopped daemon leaves in Incus for
+# the next holder of a group's lease): forgotten before a run and after it, so that each run
+# starts from nothing, as the first did.
+forget_learned() {
+    for g in $(seq -f 'realfleet%02g' 0 $((G - 1))) realfleetx realfleetb; do
+        incus profile unset incus-hpa.learned "user.incus-hpa.learned.default.$g" 2>/dev/null || true
+    done
+}
 cleanup() {
     stop_daemon
     if [ -z "${KEEP:-}" ]; then
+        forget_learned
         echo "real-fleet: deleting the instances" >&2
         incus list --format csv -c n | grep '^realfleet' | xargs -r -P 4 -n 25 incus delete -f || true
     else
@@ -161,6 +170,7 @@ measure() {
     rows+=("$1 $d0 $d1 $i0 $i1 $p0 $p1 $t0 $t1 $rss $hwm $anon $file $r0 $r1")
 }
 
+forget_learned
 start=$(now)
 start_daemon "$BIN" now
 echo "real-fleet: $N instances in $G groups (and 2 of one) running after $(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s" >&2

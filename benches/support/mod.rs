@@ -95,8 +95,24 @@ pub async fn fill(incus: &dyn Incus, spec: &GroupSpec, n: usize) {
         .await;
 }
 
-/// Stops and deletes every instance of the group, 8 at a time.
+/// Forgets what the last daemon learned of `group` (the summary a stopped daemon leaves in
+/// Incus for the next holder of the group's lease): a run that starts after it starts from
+/// nothing, as the first did.
+pub fn forget_learned(group: &str) {
+    let _ = std::process::Command::new("incus")
+        .args([
+            "profile",
+            "unset",
+            "incus-hpa.learned",
+            &format!("user.incus-hpa.learned.default.{group}"),
+        ])
+        .output();
+}
+
+/// Stops and deletes every instance of the group, 8 at a time, and forgets what the last
+/// daemon learned of it ([`forget_learned`]).
 pub async fn empty(incus: &dyn Incus, group: &str) {
+    forget_learned(group);
     let names: Vec<String> = members(incus, group)
         .await
         .into_iter()

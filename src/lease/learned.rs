@@ -13,7 +13,8 @@
 //!   written with the next round of leases that is not beside this daemon's own creations,
 //!   at the earliest [`EVERY`] after the daemon started (nothing is learned before) and once
 //!   more when it stops, one read and one compare-and-swap per project with something new;
-//!   the profile is made by the first write, never by a read. A write that fails
+//!   the profile is made by the first write, never by a read. A write also removes the
+//!   summaries left more than [`FORGOTTEN`] ago ([`forget_stale`]). A write that fails
 //!   is tried again with the next round; nothing of it stops a pass.
 //! - **Who reads it**: a daemon that takes a group over from another holder, once: it resumes
 //!   from the summary when that was left at most [`FRESH`] ago by another daemon and knew the
@@ -33,6 +34,8 @@ use crate::incus::{Incus, IncusError, LeaseHome, LEARNED_PROFILE, LEARNED_VALUE,
 pub const EVERY: Duration = Duration::from_secs(60);
 /// The oldest summary a new holder resumes from.
 pub const FRESH: Duration = Duration::from_secs(3600);
+/// A summary left longer ago than this is removed by the next write of its store.
+pub const FORGOTTEN: Duration = Duration::from_secs(24 * 3600);
 /// The most entries of each series in a summary.
 pub const MOST: usize = 32;
 /// The largest summary left, bytes.
@@ -140,6 +143,10 @@ async fn write_project(
                 ),
             });
         }
+        forget_stale(
+            &mut store.config,
+            crate::history::unix_ms(std::time::SystemTime::now()),
+        );
         for (group, text) in groups {
             store.config.insert(key(project, group), text.clone());
         }
@@ -152,6 +159,22 @@ async fn write_project(
         status: 412,
         message: "another daemon wrote it first, three times".into(),
     })
+}
+
+/// Removes from a learned store's `config` the summaries left more than [`FORGOTTEN`] before
+/// `now_ms` (a group taken out of every daemon's file, a test's group): no holder resumes
+/// from one that old, and the store stays the size of the groups of the last day. A value
+/// that does not read (another version's) is left as it is.
+pub fn forget_stale(config: &mut BTreeMap<String, String>, now_ms: i64) {
+    #[derive(Deserialize)]
+    struct At {
+        at_unix_ms: i64,
+    }
+    let oldest = now_ms.saturating_sub(i64::try_from(FORGOTTEN.as_millis()).unwrap_or(i64::MAX));
+    config.retain(|k, v| {
+        !k.starts_with(KEY_PREFIX)
+            || serde_json::from_str::<At>(v).map_or(true, |a| a.at_unix_ms >= oldest)
+    });
 }
 
 /// The learned stores read lately, by project: the groups of a project taken over together
@@ -199,4 +222,39 @@ impl Reads {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_older_than_a_day_are_forgotten_and_the_rest_kept() {
+        let day = i64::try_from(FORGOTTEN.as_millis()).unwrap();
+        let now = 10 * day;
+        let left = |at: i64| format!(r#"{{"holder":"h","at_unix_ms":{at},"saved":{{}}}}"#);
+        let mut config = BTreeMap::from([
+            (STORE_KEY.to_owned(), LEARNED_VALUE.to_owned()),
+            (key("default", "old"), left(now - day - 1)),
+            (key("default", "day"), left(now - day)),
+            (key("default", "new"), left(now - 1000)),
+            (
+                key("default", "other"),
+                "a format of another version".to_owned(),
+            ),
+            ("user.someone.else".to_owned(), left(0)),
+        ]);
+        forget_stale(&mut config, now);
+        let kept: Vec<&str> = config.keys().map(String::as_str).collect();
+        assert_eq!(
+            kept,
+            [
+                "user.incus-hpa.learned.default.day",
+                "user.incus-hpa.learned.default.new",
+                "user.incus-hpa.learned.default.other",
+                STORE_KEY,
+                "user.someone.else",
+            ]
+        );
+    }
 }

@@ -248,8 +248,9 @@ fn signals(p: &mut Page) {
     p.entry(
         vec![bold("SIGTERM"), roman(", "), bold("SIGINT")],
         "Stop: no new action starts, a drain in flight is cut short, the actions in flight \
-         complete (165 s at most), the leases are given up, and the daemon exits 0. Instances \
-         are left running.",
+         complete (165 s at most), each group's history is saved and what it learned is left \
+         in Incus for the next holder of its lease, the leases are given up, and the daemon \
+         exits 0. Instances are left running.",
     );
 }
 
