@@ -218,6 +218,15 @@ impl Reads {
             .get(&key(project, group))
             .and_then(|v| serde_json::from_str(v).ok()))
     }
+
+    /// Drops the reads older than [`READ_SERVES`] (the whole store of a project, up to a few
+    /// MB at a thousand groups, is not kept once the takeovers it served are done).
+    pub fn expire(&self) {
+        if let Ok(mut read) = self.read.try_lock() {
+            let now = tokio::time::Instant::now();
+            read.retain(|_, (at, _)| now.duration_since(*at) < READ_SERVES);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

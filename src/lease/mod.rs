@@ -278,6 +278,7 @@ impl Leases {
         loop {
             tokio::time::sleep(self.lease / 3).await;
             self.renew_all(incus.as_ref()).await;
+            self.left.expire();
             // What was learned, at most every minute, and not beside this daemon's creations.
             let due = learned_at.elapsed() >= learned::EVERY;
             if due && !self.learned.is_empty() {
