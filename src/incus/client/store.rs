@@ -51,25 +51,10 @@ pub(super) async fn read(
         .await;
     let (_, etag, env) = match read {
         Err(e) if e.is_not_found() && kind.made_by_reads => {
-            let body = serde_json::json!({
-                "name": profile,
-                "description": kind.description,
-                "config": { STORE_KEY: kind.value },
-                "devices": {},
-            });
-            let create = format!("/1.0/profiles?project={}", enc(project));
-            let made = client
-                .send(
-                    Method::POST,
-                    &create,
-                    Some(&body),
-                    client.timeout,
-                    &format!("creating profile {profile} in project {project}"),
-                )
-                .await;
-            match made {
+            let config = BTreeMap::from([(STORE_KEY.to_owned(), kind.value.to_owned())]);
+            match make(client, project, kind, &config).await {
                 // Another daemon made it first (or a person did: the caller checks).
-                Ok(_) | Err(IncusError::Api { status: 409, .. }) => {}
+                Ok(()) | Err(IncusError::Api { status: 409, .. }) => {}
                 Err(e) => return Err(e),
             }
             client
@@ -115,19 +100,8 @@ pub(super) async fn write(
     let profile = kind.profile;
     if new.etag.is_empty() {
         // Not read: made with what it holds (409: another writer made it first).
-        let body = serde_json::json!({
-            "name": profile,
-            "description": kind.description,
-            "config": new.config,
-            "devices": {},
-        });
-        let create = format!("/1.0/profiles?project={}", enc(project));
-        let what = format!("creating profile {profile} in project {project}");
-        return match client
-            .send(Method::POST, &create, Some(&body), client.timeout, &what)
-            .await
-        {
-            Ok(_) => Ok(true),
+        return match make(client, project, kind, &new.config).await {
+            Ok(()) => Ok(true),
             Err(IncusError::Api { status: 409, .. }) => Ok(false),
             Err(e) => Err(e),
         };
@@ -155,4 +129,26 @@ pub(super) async fn write(
         Err(IncusError::Api { status: 412, .. }) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Makes `kind`'s profile in `project`, holding `config` (409: one of that name exists).
+async fn make(
+    client: &Client,
+    project: &str,
+    kind: &Kind,
+    config: &BTreeMap<String, String>,
+) -> Result<(), IncusError> {
+    let profile = kind.profile;
+    let body = serde_json::json!({
+        "name": profile,
+        "description": kind.description,
+        "config": config,
+        "devices": {},
+    });
+    let create = format!("/1.0/profiles?project={}", enc(project));
+    let what = format!("creating profile {profile} in project {project}");
+    client
+        .send(Method::POST, &create, Some(&body), client.timeout, &what)
+        .await
+        .map(drop)
 }
