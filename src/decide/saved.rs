@@ -243,9 +243,7 @@ impl History {
                     .gaps
                     .iter()
                     .map(|g| {
-                        let away = g
-                            .away
-                            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+                        let away = g.away.map(nanos);
                         (ago(now, g.at), away, g.cost)
                     })
                     .collect(),
