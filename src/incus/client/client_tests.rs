@@ -1,7 +1,8 @@
 //! The client's paths and queries, and what it makes of Incus' own words: an error message or
 //! an operation's `err` with control characters in it (a newline, an escape sequence) comes
 //! out of the client without them, answered by a small HTTP server on a unix socket; and the
-//! reading it takes from an instance's `/state`.
+//! reading it takes from an instance's `/state`; and that every connection it opens to the
+//! socket carries a request (incusd's socket accepts no one else while one says nothing).
 
 use std::convert::Infallible;
 
@@ -85,6 +86,19 @@ fn answer(req: &Request<hyper::body::Incoming>) -> (u16, serde_json::Value) {
     }
 }
 
+/// Answers the requests of `stream` with [`answer`] until it is closed.
+async fn serve(stream: tokio::net::UnixStream) {
+    let service = service_fn(|req| {
+        let (status, body) = answer(&req);
+        let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+        *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+        async move { Ok::<_, Infallible>(r) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
 /// A client of a server on a unix socket in `dir` that answers with [`answer`].
 async fn client_of_test_server(dir: &std::path::Path) -> Client {
     let socket = dir.join("incus.socket");
@@ -92,15 +106,7 @@ async fn client_of_test_server(dir: &std::path::Path) -> Client {
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let service = service_fn(|req| {
-                    let (status, body) = answer(&req);
-                    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
-                    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-                    async move { Ok::<_, Infallible>(r) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                serve(stream).await;
             });
         }
     });
@@ -234,4 +240,105 @@ async fn addresses_read_the_instance_s_state() {
         .await
         .unwrap_err();
     assert!(e.is_not_found(), "{e:?}");
+}
+
+/// incusd 6.0 accepts the connections of its unix socket one at a time and reads the first
+/// bytes of each before it accepts the next (to tell TLS from HTTP): a connection opened and
+/// left idle before it sent anything stops everyone else's requests, the `incus` command's
+/// and other daemons', until it is used or closed. A pool of idle connections makes such
+/// connections: a request that finds none idle opens one, takes the one freed meanwhile
+/// instead, and leaves the new one idle in the pool (up to 90 s). Back-to-back requests (a
+/// read then a write of a store) made one about once a minute, and `incus` stalled that long.
+/// So the socket's client keeps no connection: each request opens its own, sends at once, and
+/// closes it when answered.
+#[test]
+fn each_request_to_the_socket_has_a_connection_of_its_own() {
+    use std::sync::mpsc;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("incus.socket");
+    let server = tokio::runtime::Runtime::new().unwrap();
+    // Each connection's index (in accept order, which is connect order) and its first byte,
+    // or none when it was closed having sent nothing.
+    let (tx, rx) = mpsc::channel::<(usize, Option<u8>)>();
+    let listener = server.block_on(async { tokio::net::UnixListener::bind(&socket).unwrap() });
+    server.spawn(async move {
+        let mut index = 0;
+        while let Ok((stream, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut first = [0u8; 1];
+                let sent = stream
+                    .async_io(tokio::io::Interest::READABLE, || {
+                        use std::os::fd::AsRawFd;
+                        // SAFETY: reads at most one byte into `first`, which outlives the
+                        // call; MSG_PEEK leaves it in the socket for the HTTP server.
+                        let n = unsafe {
+                            libc::recv(
+                                stream.as_raw_fd(),
+                                first.as_mut_ptr().cast(),
+                                1,
+                                libc::MSG_PEEK,
+                            )
+                        };
+                        if n < 0 {
+                            Err(std::io::Error::last_os_error())
+                        } else {
+                            Ok(n)
+                        }
+                    })
+                    .await;
+                let _ = tx.send((index, matches!(sent, Ok(1)).then_some(first[0])));
+                serve(stream).await;
+            });
+            index += 1;
+        }
+    });
+    // Reads then writes back to back, as a store's compare-and-swap does, on a runtime of
+    // several threads as the daemon's.
+    const REQUESTS: usize = 100;
+    let daemon = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    daemon.block_on(async {
+        let client = Client::new(&socket.to_string_lossy()).unwrap();
+        for _ in 0..REQUESTS / 2 {
+            let _ = client.learned("default").await;
+            let _ = client.list("default").await;
+        }
+    });
+    // Its runtime gone, the client opens nothing more and every connection it had is closed.
+    drop(daemon);
+    // One more, after all of them: once it is seen, every connection before it was accepted.
+    let mut last = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    std::io::Write::write_all(&mut last, b"!").unwrap();
+    let mut seen = std::collections::BTreeMap::new();
+    let mut last_index = None;
+    while last_index.is_none_or(|k| (0..k).any(|i| !seen.contains_key(&i))) {
+        let (i, first) = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the test server reports each connection");
+        if first == Some(b'!') {
+            last_index = Some(i);
+        }
+        seen.insert(i, first);
+    }
+    let idle: Vec<usize> = seen
+        .iter()
+        .filter(|(_, first)| first.is_none())
+        .map(|(i, _)| *i)
+        .collect();
+    assert!(
+        idle.is_empty(),
+        "{} connections were opened and closed without a request: {idle:?}",
+        idle.len()
+    );
+    assert_eq!(
+        last_index,
+        Some(REQUESTS),
+        "{REQUESTS} requests came on {} connections",
+        seen.len() - 1
+    );
+    drop(last);
 }

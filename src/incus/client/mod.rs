@@ -140,11 +140,19 @@ fn timeout_from_env(var: &str, default: Duration) -> Duration {
 }
 
 impl Client {
-    /// A client for the socket at `socket` (not contacted until the first call).
+    /// A client for the socket at `socket` (not contacted until the first call). It keeps no
+    /// connection idle: incusd 6.0 accepts the connections of its socket one at a time and
+    /// waits for the first bytes of each before it accepts the next (to tell TLS from HTTP),
+    /// so a pooled connection that was opened and never used (a request that found none idle
+    /// opens one, then takes one freed meanwhile) would stop every other client of the socket,
+    /// the `incus` command and other daemons, for as long as it stays in the pool. A
+    /// connection to a local socket costs a few microseconds. Over HTTPS connections are kept:
+    /// each sends its TLS greeting as it opens, and a handshake costs more.
     pub fn new(socket: &str) -> Result<Self, IncusError> {
         let builder = reqwest::Client::builder()
             .use_preconfigured_tls(super::tls::unused())
-            .unix_socket(socket);
+            .unix_socket(socket)
+            .pool_max_idle_per_host(0);
         Self::build(builder, "http://incus".into(), socket.to_owned(), None)
     }
 
