@@ -103,8 +103,8 @@ pub fn forget_learned(group: &str) {
         .args([
             "profile",
             "unset",
-            "incus-hpa.learned",
-            &format!("user.incus-hpa.learned.default.{group}"),
+            incus_hpa::incus::LEARNED_PROFILE,
+            &incus_hpa::lease::learned::key("default", group),
         ])
         .output();
 }

@@ -201,7 +201,7 @@ impl Reads {
     ) -> Result<Option<Left>, IncusError> {
         let mut read = self.read.lock().await;
         let now = tokio::time::Instant::now();
-        read.retain(|_, (at, _)| now.duration_since(*at) < READ_SERVES);
+        expire(&mut read, now);
         let config = match read.get(project) {
             Some((_, config)) => config.clone(),
             None => {
@@ -223,10 +223,14 @@ impl Reads {
     /// MB at a thousand groups, is not kept once the takeovers it served are done).
     pub fn expire(&self) {
         if let Ok(mut read) = self.read.try_lock() {
-            let now = tokio::time::Instant::now();
-            read.retain(|_, (at, _)| now.duration_since(*at) < READ_SERVES);
+            expire(&mut read, tokio::time::Instant::now());
         }
     }
+}
+
+/// Drops from `read` the reads older than [`READ_SERVES`] at `now`.
+fn expire(read: &mut BTreeMap<String, (tokio::time::Instant, Config)>, now: tokio::time::Instant) {
+    read.retain(|_, (at, _)| now.duration_since(*at) < READ_SERVES);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
