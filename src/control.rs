@@ -144,10 +144,14 @@ impl InstanceState {
         }
     }
 
-    /// In service by its status and its check: running and ready (or not checked).
+    /// In service by its status and its check: running and ready (or not checked), or frozen
+    /// and still ready (as [`crate::endpoints::in_service`] has it).
     pub fn serves(&self) -> bool {
-        matches!(self.status.as_str(), "running" | "ready")
-            && matches!(self.readiness.as_str(), "unchecked" | "ready")
+        match self.status.as_str() {
+            "running" | "ready" => matches!(self.readiness.as_str(), "unchecked" | "ready"),
+            "frozen" => self.readiness == "ready",
+            _ => false,
+        }
     }
 }
 

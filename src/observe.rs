@@ -7,9 +7,9 @@
 //! moves, imports) are listed as foreign. A steady pass, with memory from the cgroup files,
 //! sends no request to incusd.
 //!
-//! A group with a `ready` table gets its running instances' readiness and address from the
-//! prober's [`Board`] (an instance not checked since its start yet is starting); the others'
-//! instances, and instances that do not run, are [`Readiness::Unchecked`].
+//! A group with a `ready` table gets its running (and frozen) instances' readiness and address
+//! from the prober's [`Board`] (an instance not checked since its start yet is starting); the
+//! others' instances, and instances that do not run, are [`Readiness::Unchecked`].
 //!
 //! On a cluster, an instance whose member does not answer cannot be measured, and no event
 //! says so: a pass that finds one (unreachable, or running without a reading) has the project
@@ -34,15 +34,16 @@ pub fn is_owned(inst: &Instance, spec: &GroupSpec) -> bool {
     ownership(spec.name.as_str(), &spec.project, &inst.name, &inst.config) == Ownership::Owned
 }
 
-/// What `board` says of a running instance of a group with checks, for the start it is at:
-/// its readiness and address; starting, no address, when nothing was found of that start yet.
-/// Unchecked for the other instances.
+/// What `board` says of a running (or frozen) instance of a group with checks, for the start
+/// it is at: its readiness and address; starting, no address, when nothing was found of that
+/// start yet. Unchecked for the other instances.
 pub fn readiness(
     board: &Board,
     spec: &GroupSpec,
     inst: &Instance,
 ) -> (Readiness, Option<std::net::IpAddr>) {
-    if !inst.status().is_healthy() {
+    let checked_frozen = inst.status() == InstanceStatus::Frozen && spec.ready.is_some();
+    if !inst.status().is_healthy() && !checked_frozen {
         return (Readiness::Unchecked, None);
     }
     if spec.ready.is_none() {
@@ -202,10 +203,22 @@ mod tests {
         // Started again since it was checked: starting again.
         let again = instance("Running", "2026-12-03T10:05:00Z");
         assert_eq!(readiness(&board, &spec, &again), (starting, None));
+        // Frozen (an `incus copy` of it under way): what its checks found stands.
+        let frozen = instance("Frozen", "2026-12-03T10:00:00Z");
+        assert_eq!(
+            readiness(&board, &spec, &frozen),
+            (Readiness::Ready, Some(ip))
+        );
         // Not running: unchecked.
         let stopped = instance("Stopped", "2026-12-03T10:00:00Z");
         assert_eq!(
             readiness(&board, &spec, &stopped),
+            (Readiness::Unchecked, None)
+        );
+        // Frozen in a group without checks: unchecked.
+        spec.ready = None;
+        assert_eq!(
+            readiness(&board, &spec, &frozen),
             (Readiness::Unchecked, None)
         );
     }

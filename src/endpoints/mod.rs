@@ -3,8 +3,8 @@
 //! with the set on its standard input.
 //!
 //! An endpoint is an instance of the group that is in service (running, and ready or without
-//! a `ready` table), has an address on the group's interface, and is not leaving (being
-//! removed). [`set`] computes it from what a pass observed; [`document`] writes the JSON the
+//! a `ready` table; or frozen while its checks have not yet taken it out of service), has an
+//! address on the group's interface, and is not leaving (being removed). [`set`] computes it from what a pass observed; [`document`] writes the JSON the
 //! command reads, byte for byte:
 //! `{"group":"web","project":"default","endpoints":[{"instance":"web-3kd9x2","address":"10.98.0.12","port":80}]}`.
 
@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{GroupSpec, ObservedInstance};
+use crate::model::{GroupSpec, InstanceStatus, ObservedInstance, Readiness};
 
 /// One instance as the load balancer is told of it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -51,7 +51,7 @@ pub fn set(
     };
     let mut set: Vec<Endpoint> = instances
         .iter()
-        .filter(|i| i.status.is_healthy() && !i.warm && i.readiness.serves())
+        .filter(|i| in_service(i) && !i.warm)
         .filter(|i| !leaving.contains(&i.name))
         .filter_map(|i| {
             Some(Endpoint {
@@ -63,6 +63,17 @@ pub fn set(
         .collect();
     set.sort();
     set
+}
+
+/// Running and ready (or without checks), or frozen and still ready: an `incus copy` or
+/// snapshot freezes its source for a moment, and the prober counts each check of a frozen
+/// instance as failed, so a freeze shorter than `failures` checks leaves it in service and a
+/// longer one takes it out, as any failing check does. Without checks, a frozen instance is out.
+pub fn in_service(i: &ObservedInstance) -> bool {
+    match i.status {
+        InstanceStatus::Frozen => i.readiness == Readiness::Ready,
+        s => s.is_healthy() && i.readiness.serves(),
+    }
 }
 
 /// The JSON the command reads on its standard input, on one line with a final newline.

@@ -54,6 +54,35 @@ fn the_set_is_the_instances_in_service_with_an_address_not_leaving() {
 }
 
 #[test]
+fn a_frozen_instance_stays_while_its_checks_have_it_ready() {
+    let s = with_endpoints();
+    let frozen = |created, address, readiness| {
+        let mut i = at(created, address, readiness);
+        i.status = InstanceStatus::Frozen;
+        i
+    };
+    let instances = vec![
+        // Checked and ready when frozen (an `incus copy` of it under way): still in service.
+        frozen(1, "10.0.0.1", Readiness::Ready),
+        // Its checks took it out meanwhile.
+        frozen(
+            2,
+            "10.0.0.2",
+            Readiness::NotReady {
+                why: "frozen".into(),
+            },
+        ),
+        // Not ready yet when frozen.
+        frozen(3, "10.0.0.3", Readiness::Starting { why: String::new() }),
+        // A group without checks: a frozen instance is out.
+        frozen(4, "10.0.0.4", Readiness::Unchecked),
+    ];
+    let found = set(&s, &instances, &BTreeSet::new());
+    let names: Vec<&str> = found.iter().map(|e| e.instance.as_str()).collect();
+    assert_eq!(names, ["web-1"]);
+}
+
+#[test]
 fn the_document_is_exactly_the_documented_json() {
     let endpoints = vec![
         Endpoint {

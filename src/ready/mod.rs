@@ -9,7 +9,11 @@
 //!   while it has none), and runs the checks at once, [`CHECKS_AT_ONCE`] at most. An
 //!   instance a removal marked as leaving ([`Board::set_leaving`]) is not checked.
 //! - Each instance's readiness is followed by a [`track::Tracker`] (pure); the checks
-//!   themselves are [`probe`]'s. Instances no longer running are forgotten.
+//!   themselves are [`probe`]'s. Instances no longer running are forgotten, but for frozen
+//!   ones: a frozen instance answers nothing, so each of its checks fails without being sent
+//!   ([`FROZEN`]). An `incus copy` or snapshot freezes its source for a moment: shorter than
+//!   `failures` checks, the freeze leaves the instance in service; longer, it takes it out as
+//!   any failing check does.
 //! - The log has one line when an instance becomes ready, when it is taken out of service,
 //!   and when it was never ready.
 //!
@@ -40,12 +44,15 @@ use tokio::time::{sleep_until, Instant};
 use crate::decide::{ownership, Ownership};
 use crate::incus::{Incus, Instance};
 use crate::informer::Store;
-use crate::model::{DesiredState, GroupName, GroupSpec, ReadySpec};
+use crate::model::{DesiredState, GroupName, GroupSpec, InstanceStatus, ReadySpec};
 use probe::{Checker, Target};
 use track::{Change, Outcome, Start, Tracker};
 
 /// How many checks of one group run at once, at most.
 pub const CHECKS_AT_ONCE: usize = 16;
+
+/// Why a check of a frozen instance failed (it is not sent).
+pub const FROZEN: &str = "frozen";
 
 /// How long reading an instance's address from Incus may take.
 const ADDRESS_WAIT: Duration = Duration::from_secs(10);
@@ -290,7 +297,7 @@ impl Round<'_> {
         };
         let running: Vec<Arc<Instance>> = listed
             .into_iter()
-            .filter(|i| i.status().is_healthy())
+            .filter(|i| i.status().is_healthy() || i.status() == InstanceStatus::Frozen)
             .filter(|i| ownership(group, project, &i.name, &i.config) == Ownership::Owned)
             .collect();
         known.retain(|name, _| running.iter().any(|i| &i.name == name));
@@ -317,11 +324,16 @@ impl Round<'_> {
             if p.tracker.restart(&start) {
                 p.address = None;
             }
-            targets.push((i.name.clone(), p.address, start));
+            let frozen = i.status() == InstanceStatus::Frozen;
+            targets.push((i.name.clone(), p.address, start, frozen));
         }
         let found: Vec<(String, Option<IpAddr>, Start, Outcome)> = stream::iter(targets)
-            .map(|(name, address, start)| async move {
-                let (address, outcome) = self.check(&name, address).await;
+            .map(|(name, address, start, frozen)| async move {
+                let (address, outcome) = if frozen {
+                    (address, Err(FROZEN.to_owned()))
+                } else {
+                    self.check(&name, address).await
+                };
                 (name, address, start, outcome)
             })
             .buffer_unordered(CHECKS_AT_ONCE)

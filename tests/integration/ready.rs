@@ -355,28 +355,48 @@ fn spec_argv(spec: &ReadySpec) -> Vec<String> {
 /// A prober on its own, over running instances `names` of the group `web` (listed in the
 /// store already), with the group's table from `web(n, n)` (no checks), and its board.
 async fn prober_of(names: &[&str]) -> (incus_hpa::ready::Prober, Arc<Board>, DesiredState) {
+    let (prober, board, plain, _, _) = prober_over(names).await;
+    (prober, board, plain)
+}
+
+/// Like [`prober_of`], with the fake and the store, for a test to change what is listed.
+async fn prober_over(
+    names: &[&str],
+) -> (
+    incus_hpa::ready::Prober,
+    Arc<Board>,
+    DesiredState,
+    Arc<FakeIncus>,
+    Arc<Store>,
+) {
     let fake = Arc::new(FakeIncus::default());
     for n in names {
         fake.add_owned("web", n, "Running");
     }
     let store = Arc::new(Store::default());
-    store
-        .list(
-            fake.as_ref(),
-            "default",
-            tokio::time::Instant::now(),
-            Duration::from_secs(300),
-        )
-        .await
-        .unwrap();
+    relist(&fake, &store).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("desired-state.toml");
     let n = u32::try_from(names.len()).unwrap();
     std::fs::write(&file, web(n, n)).unwrap();
     let plain = config::load(&file).unwrap().state;
     let board = Arc::new(Board::default());
-    let prober = incus_hpa::ready::Prober::start(fake, store, board.clone(), &plain);
-    (prober, board, plain)
+    let prober =
+        incus_hpa::ready::Prober::start(fake.clone(), store.clone(), board.clone(), &plain);
+    (prober, board, plain, fake, store)
+}
+
+/// Lists the project into `store` again, as a pass would after an event.
+async fn relist(fake: &Arc<FakeIncus>, store: &Store) {
+    store
+        .list(
+            fake.as_ref(),
+            "default",
+            tokio::time::Instant::now(),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -462,6 +482,37 @@ async fn an_instance_a_removal_marked_leaving_is_checked_no_more() {
             Some(Readiness::NotReady { .. })
         )
         .then_some(())
+    })
+    .await;
+    drop(prober);
+}
+
+#[tokio::test]
+async fn a_frozen_instance_keeps_its_readiness_until_its_checks_fail_unsent() {
+    let srv = server(0).await;
+    let (prober, board, plain, fake, store) = prober_over(&["web-aaaaaa"]).await;
+    prober.set_desired(&checked(plain, srv.port, None));
+    until("ready", Duration::from_secs(20), || {
+        (readiness(&board, "web-aaaaaa") == Some(Readiness::Ready)).then_some(())
+    })
+    .await;
+    // Frozen (an `incus copy` of it taking long): not forgotten, and its checks are not sent
+    // (its server would answer 200): each fails, and `failures` of them in a row take it out.
+    fake.set_status("web-aaaaaa", "Frozen");
+    relist(&fake, &store).await;
+    until("not ready, frozen", Duration::from_secs(20), || {
+        (readiness(&board, "web-aaaaaa")
+            == Some(Readiness::NotReady {
+                why: incus_hpa::ready::FROZEN.into(),
+            }))
+        .then_some(())
+    })
+    .await;
+    // Thawed: checked again, and ready.
+    fake.set_status("web-aaaaaa", "Running");
+    relist(&fake, &store).await;
+    until("ready again", Duration::from_secs(20), || {
+        (readiness(&board, "web-aaaaaa") == Some(Readiness::Ready)).then_some(())
     })
     .await;
     drop(prober);
