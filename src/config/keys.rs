@@ -439,7 +439,7 @@ pub fn keys() -> Vec<Key> {
                   through noise, the count is kept only with a margin of half its typical \
                   change between passes within the tolerance), how long a drop is held is \
                   learned from how the group's drops came back (never longer than \
-                  scale_down_stabilization), room is kept for surges it has seen, a demand that \
+                  scale_down_stabilization), a demand that \
                   held a level over the last hour gets no more than the count that would have \
                   cost least over its readings (incus-hpa status GROUP shows all \
                   three), and an instance that \

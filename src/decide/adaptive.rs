@@ -21,25 +21,26 @@
 //!   minute's demand stays within tolerance by half the median change between passes, since
 //!   the noise would take it above before the next pass.
 //! - **Load that comes in surges**: a surge lands between passes, and only instances already
-//!   there take it. The policy keeps room, short of the limit, for the largest rise of the
-//!   demand between two passes within the scale-down window, and for an hour for one that came
-//!   again (a rise back to a level of the last hour beyond the tolerance, or to the limit).
-//!   And readings that reach the limit, or take the group above its tolerance, between passes
-//!   wake the pass at once ([`wakes`]).
+//!   there take it. Readings that reach the limit, or take the group above its tolerance,
+//!   between passes wake the pass at once ([`wakes`]), so a surge is met within a second or
+//!   two, not an `interval` later. No room is kept ahead of surges: room for the largest rise
+//!   of the scale-down window, and for an hour for one that came again, cost more
+//!   instance-minutes than the seconds at the limit it spared, on every family of generated
+//!   traces but one (see docs/decisions.md).
 //! - **Load that holds a level**: noise around a level has rises between passes as large as
-//!   its range, and room for them would hold the group above what it needs. When the last
-//!   hour's demand holds a level, the count is at most the one that would have cost least over
-//!   its readings, and never fewer than holds the demand now within tolerance and the hour's
-//!   highest reading short of the limit.
+//!   its range, and holding every one within tolerance would keep the group above what it
+//!   needs. When the last hour's demand holds a level, the count is at most the one that would
+//!   have cost least over its readings, and never fewer than holds the demand now within
+//!   tolerance and the hour's highest reading short of the limit.
 //! - **Load that repeats** (a sawtooth, a wave, a batch every ten minutes): where the last
 //!   hour's demand has a period ([`super::forecast`]), the count holds what came one period
 //!   ago over the next pass and the time new instances take, so that they are there before the
 //!   rise comes again, and keeps the instances it says are needed within [`KEEP`]; that
-//!   replaces the room for surges and the learned hold while it lasts.
+//!   replaces the learned hold while it lasts.
 //!
 //! How long a drop is held is learned from how the group's drops came back ([`super::hold`]),
-//! within its `scale_down_stabilization`; `status` and the journal name the window, the room,
-//! the level's count and why. A missing metric still never scales down; see [`super::decide`].
+//! within its `scale_down_stabilization`; `status` and the journal name the window, the level's
+//! count and why. A missing metric still never scales down; see [`super::decide`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -63,12 +64,10 @@ const BASE_MEMORY: Duration = Duration::from_secs(3600);
 /// The demand samples the trend is fitted over.
 const TREND_WINDOW: Duration = Duration::from_secs(60);
 
-/// How long a surge that came back is kept room for.
-const SURGE_MEMORY: Duration = Duration::from_secs(3600);
-/// The most demand samples kept over [`SURGE_MEMORY`] (the oldest are forgotten first).
+/// How long the demand is remembered, for a level ([`Estimates::level`]) and a period.
+const PAST_MEMORY: Duration = Duration::from_secs(3600);
+/// The most demand samples kept over [`PAST_MEMORY`] (the oldest are forgotten first).
 const MOST_SAMPLES: usize = 4096;
-/// A rise back to this fraction of a level of the last hour is a level coming again.
-const AGAIN: f64 = 0.8;
 
 /// The demand samples a rise is fitted over (see [`Estimates::rising`]).
 const RISE_WINDOW: Duration = Duration::from_secs(300);
@@ -99,16 +98,8 @@ const AT_LIMIT_WEIGHT: f64 = 11.0;
 pub struct Estimates {
     /// How long to hold instances after a drop, learned from the drops of the last hour.
     pub(super) hold: Hold,
-    /// (when, how much the demand rose since the pass before), bytes, within the group's
-    /// scale-down window.
-    pub(super) surges: VecDeque<(Instant, f64)>,
-    /// (when, how much the demand rose) for surges likely to come again (see
-    /// [`Estimates::returning_surge`]), bytes, within [`SURGE_MEMORY`].
-    pub(super) returns: VecDeque<(Instant, f64)>,
-    /// (when, estimated demand), bytes, over [`SURGE_MEMORY`], at most [`MOST_SAMPLES`].
+    /// (when, estimated demand), bytes, over [`PAST_MEMORY`], at most [`MOST_SAMPLES`].
     pub(super) past: VecDeque<(Instant, f64)>,
-    /// The room kept at the last pass, for `status` and the journal.
-    pub(super) room: Option<crate::model::Room>,
     /// The count a level of the last hour held the group to at the last pass, if it did.
     pub(super) level: Option<u32>,
     /// (when, lowest usage of a fresh instance then), bytes.
@@ -137,8 +128,8 @@ impl Estimates {
         self.learned(spec).window
     }
 
-    /// The scale-down window in force and what it was learned from, with the room kept for
-    /// surges at the last pass.
+    /// The scale-down window in force and what it was learned from, with the level and the
+    /// forecast of the last pass.
     pub fn learned(&self, spec: &GroupSpec) -> Learned {
         let hold = self.hold.learned(spec);
         Learned {
@@ -149,7 +140,6 @@ impl Estimates {
             } else {
                 hold.window
             },
-            room: self.room,
             level: self.level,
             forecast: self.forecast,
             ..hold
@@ -179,54 +169,13 @@ impl Estimates {
         }
     }
 
-    /// Records how much `demand` rose since the last pass and returns the largest rise within
-    /// `memory` (the group's scale-down window), bytes.
-    fn surge(&mut self, now: Instant, demand: f64, memory: Duration) -> f64 {
-        if let Some((_, last)) = self.demand.back() {
-            if demand > *last {
-                self.surges.push_back((now, demand - last));
-            }
-        }
-        forget(&mut self.surges, now, memory);
-        self.surges.iter().map(|(_, s)| *s).fold(0.0, f64::max)
-    }
-
-    /// Records `demand` over the last [`SURGE_MEMORY`] and returns the largest rise within it
-    /// that is a surge likely to come again, bytes: a rise back to a level the demand was at
-    /// before (at least [`AGAIN`] of it) that would have taken the count holding the demand
-    /// before it at the threshold (`per_instance` each) above its tolerance (`per_tolerated`
-    /// each); or any rise that took an instance to its limit (`at_limit`).
-    fn returning_surge(
-        &mut self,
-        now: Instant,
-        demand: f64,
-        (per_instance, per_tolerated): (f64, f64),
-        at_limit: bool,
-    ) -> f64 {
-        if let Some((_, last)) = self.past.back().copied() {
-            let seen = self
-                .past
-                .iter()
-                .rev()
-                .skip(1)
-                .any(|(_, d)| *d >= AGAIN * demand);
-            let held = if per_instance > 0.0 {
-                count(last, per_instance).max(1.0)
-            } else {
-                1.0
-            };
-            let risky = demand / held > per_tolerated;
-            if demand > last && ((seen && risky) || at_limit) {
-                self.returns.push_back((now, demand - last));
-            }
-        }
+    /// Records `demand` over the last [`PAST_MEMORY`], at most [`MOST_SAMPLES`] samples.
+    fn remember(&mut self, now: Instant, demand: f64) {
         self.past.push_back((now, demand));
-        forget(&mut self.past, now, SURGE_MEMORY);
+        forget(&mut self.past, now, PAST_MEMORY);
         while self.past.len() > MOST_SAMPLES {
             self.past.pop_front();
         }
-        forget(&mut self.returns, now, SURGE_MEMORY);
-        self.returns.iter().map(|(_, s)| *s).fold(0.0, f64::max)
     }
 
     /// Whether the demand rises through its noise: the least-squares slope of the samples of
@@ -241,7 +190,7 @@ impl Estimates {
     /// The demand samples of the last hour (at least [`LEVEL_SAMPLES`]) when they hold a
     /// level: their least-squares slope is within [`LEVEL_T`] standard errors of 0.
     fn level(&self, now: Instant) -> Option<Vec<f64>> {
-        let points = self.demand_since(now, SURGE_MEMORY);
+        let points = self.demand_since(now, PAST_MEMORY);
         if points.len() < LEVEL_SAMPLES {
             return None;
         }
@@ -485,7 +434,6 @@ pub fn recommend(
         .iter()
         .map(|r| (r.memory.usage.min(r.memory.limit) as f64 - base).max(0.0))
         .sum();
-    let surge = est.surge(now, demand, spec.scale_down_stabilization);
     let growth = est.trend(now, demand);
     let predicted = demand + growth * spec.interval.as_secs_f64();
     // An OOM kill says the same as a reading at the limit, even when the kill freed memory.
@@ -494,7 +442,7 @@ pub fn recommend(
     // above it leaves the ratio.
     let per_instance = threshold / 100.0 * mean_limit - base;
     let per_tolerated = threshold * (1.0 + spec.tolerance_up) / 100.0 * mean_limit - base;
-    let returning = est.returning_surge(now, demand, (per_instance, per_tolerated), at_limit);
+    est.remember(now, demand);
     let needed = if per_instance > 0.0 {
         // The count that holds the demand at the threshold; the current one while it holds
         // every reading of the last minute (or scale-down window, if shorter) within tolerance
@@ -534,21 +482,19 @@ pub fn recommend(
     } else {
         count(n * utilization, threshold)
     };
-    // Room, short of the limit, for the largest surge within the scale-down window, and for
-    // the largest of the last hour that came again: a surge like it comes before the next
-    // pass can add instances.
+    // What one instance holds short of its limit.
     let per_limit = AT_LIMIT * mean_limit - base;
     // Looking ahead: where the demand repeats with a period, what it did one period ago says
     // what comes (see [`super::forecast`]). The count then holds, within tolerance, what comes
     // within the time new instances take (before the recurring rise, not after it) and keeps
     // the instances needed again within [`KEEP`] (a removal and a creation cost more than
-    // keeping one that long); that is the room for surges, and the hold, while it lasts.
+    // keeping one that long); that is the hold, while it lasts.
     let ahead = (per_instance > 0.0 && per_limit > 0.0)
         .then(|| est.look_ahead(now, spec.interval))
         .flatten();
     est.forecast = None;
     let reactive = needed;
-    let (needed, surge, forecast) = match ahead {
+    let (needed, forecast) = match ahead {
         Some((every, soon, kept)) => {
             let soon = count(soon, per_tolerated);
             let kept = count(kept, per_tolerated).min(f64::from(base_count));
@@ -556,23 +502,16 @@ pub fn recommend(
                 every,
                 raised: None,
             });
-            (needed.max(soon).max(kept), 0.0, soon)
+            (needed.max(soon).max(kept), soon)
         }
-        None => (needed, surge.max(returning), 0.0),
+        None => (needed, 0.0),
     };
-    let needed = if surge > 0.0 && per_limit > 0.0 {
-        needed.max(count(demand + surge, per_limit))
-    } else {
-        needed
-    };
-    est.room = (surge > 0.0).then(|| crate::model::Room {
-        surge_mib: surge / (1024.0 * 1024.0),
-    });
     // A load that held a level over the last hour needs no more than the count that would have
     // cost least over the hour's readings: overloaded, at the limit, or above the ideal count;
     // and never fewer than holds the demand now within tolerance and the hour's highest
     // reading short of the limit. Noise around a level has rises between passes as large as
-    // its whole range, and the room kept for them would hold the group above what it needs.
+    // its whole range, and holding the demand of the last minute within tolerance through
+    // them would keep the group above what it needs.
     let level = est
         .level(now)
         .filter(|_| per_instance > 0.0 && per_limit > 0.0);

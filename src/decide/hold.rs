@@ -130,7 +130,6 @@ impl Hold {
                 window: full.min(FIRST_WINDOW),
                 drops: 0,
                 back_within: 0,
-                room: None,
                 level: None,
                 forecast: None,
             };
@@ -164,7 +163,6 @@ impl Hold {
                 .iter()
                 .filter(|g| g.away.is_some_and(|a| a <= window))
                 .count(),
-            room: None,
             level: None,
             forecast: None,
         }

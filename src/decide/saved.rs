@@ -21,7 +21,7 @@ use super::health::Tracked;
 use super::history::{Bounds, History};
 use super::hold::{Gap, Hold};
 use super::signals::CpuCounters;
-use crate::model::{Forecast, GroupSpec, Room};
+use crate::model::{Forecast, GroupSpec};
 
 /// The version of [`Saved`] this build writes and reads.
 pub const VERSION: u32 = 1;
@@ -65,10 +65,15 @@ struct SavedEstimates {
     /// (when, how long the level stayed away in ns or `None`, cost).
     hold_gaps: Vec<(Ago, Option<u64>, f64)>,
     hold_last: Option<(Ago, u32)>,
+    /// Written empty and never read: what earlier daemons kept room for surges with (the
+    /// surges, the returning ones, the room in MiB), and read. A cluster upgraded one host at
+    /// a time has daemons of both kinds read one summary.
+    #[serde(default)]
     surges: Vec<(Ago, f64)>,
+    #[serde(default)]
     returns: Vec<(Ago, f64)>,
     past: Vec<(Ago, f64)>,
-    /// The room kept at the last pass, MiB.
+    #[serde(default)]
     room: Option<f64>,
     level: Option<u32>,
     bases: Vec<(Ago, u64)>,
@@ -93,7 +98,7 @@ impl Saved {
     /// The history made compact, to hand a group over to another daemon: what it learned of
     /// the group, without what it knew of each instance (the next holder reads those afresh),
     /// each series at most `most` entries (see [`highest`]: the recommendations within the
-    /// window, the surges and the demand seen are never less than they were; of the others,
+    /// window and the demand seen are never less than they were; of the others,
     /// the newest).
     pub fn summary(&self, most: usize) -> Saved {
         let e = &self.estimates;
@@ -109,10 +114,10 @@ impl Saved {
                 hold_away: newest(&e.hold_away, most),
                 hold_gaps: newest(&e.hold_gaps, most),
                 hold_last: e.hold_last,
-                surges: highest(&e.surges, most),
-                returns: highest(&e.returns, most),
+                surges: Vec::new(),
+                returns: Vec::new(),
                 past: highest(&e.past, most),
-                room: e.room,
+                room: None,
                 level: e.level,
                 bases: newest(&e.bases, most),
                 demand: highest(&e.demand, most),
@@ -248,10 +253,10 @@ impl History {
                     })
                     .collect(),
                 hold_last: h.last.map(|(t, r)| (ago(now, t), r)),
-                surges: out(now, &e.surges),
-                returns: out(now, &e.returns),
+                surges: Vec::new(),
+                returns: Vec::new(),
                 past: out(now, &e.past),
-                room: e.room.map(|r| r.surge_mib),
+                room: None,
                 level: e.level,
                 bases: out(now, &e.bases),
                 demand: out(now, &e.demand),
@@ -295,10 +300,7 @@ impl History {
                     .collect(),
                 last: e.hold_last.and_then(|(a, r)| Some((at(now, gone, a)?, r))),
             },
-            surges: back(now, gone, &e.surges),
-            returns: back(now, gone, &e.returns),
             past: back(now, gone, &e.past),
-            room: e.room.map(|surge_mib| Room { surge_mib }),
             level: e.level,
             bases: back(now, gone, &e.bases),
             demand: back(now, gone, &e.demand),

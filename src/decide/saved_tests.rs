@@ -165,3 +165,36 @@ fn a_summary_is_bounded_and_never_holds_less_than_the_whole() {
     let short = History::default().save(Instant::now());
     assert_eq!(short.summary(32), short);
 }
+
+#[test]
+fn a_history_of_an_earlier_daemon_with_room_for_surges_is_read_and_its_fields_still_written() {
+    let s = spec(1, 10, 60.0);
+    let t0 = Instant::now();
+    let saved_at = t0 + Duration::from_secs(20);
+    let h = lived(&s, t0);
+    let mut json: serde_json::Value = serde_json::to_value(h.save(saved_at)).unwrap();
+    // Written: the fields an earlier daemon reads, empty.
+    let e = &json["estimates"];
+    assert_eq!(
+        (&e["surges"], &e["returns"], &e["room"]),
+        (
+            &serde_json::json!([]),
+            &serde_json::json!([]),
+            &serde_json::Value::Null
+        )
+    );
+    // Read: what an earlier daemon kept room for is left aside; the rest is taken back.
+    json["estimates"]["surges"] = serde_json::json!([[5_000_000_000_i64, 6.0e7]]);
+    json["estimates"]["returns"] = serde_json::json!([[5_000_000_000_i64, 6.0e7]]);
+    json["estimates"]["room"] = serde_json::json!(57.2);
+    let earlier: Saved = serde_json::from_value(json).unwrap();
+    let later = History::resume(&s, &earlier, Duration::ZERO, saved_at);
+    assert_eq!(later.save(saved_at), h.save(saved_at));
+    // And a history written without them (as a later daemon may) is read too.
+    let mut json: serde_json::Value = serde_json::to_value(h.save(saved_at)).unwrap();
+    for key in ["surges", "returns", "room"] {
+        json["estimates"].as_object_mut().unwrap().remove(key);
+    }
+    let without: Saved = serde_json::from_value(json).unwrap();
+    assert_eq!(without, h.save(saved_at));
+}

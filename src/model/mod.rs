@@ -28,8 +28,7 @@ pub use observation::{
     Foreign, InstanceStatus, Memory, Observation, ObservedInstance, Wanted, Window,
 };
 pub use plan::{
-    Action, Cause, Forecast, HoldWindow, InstanceView, Note, Plan, Reason, Room, SignalState,
-    Summary,
+    Action, Cause, Forecast, HoldWindow, InstanceView, Note, Plan, Reason, SignalState, Summary,
 };
 pub use serving::{Address, EndpointsSpec, Probe, Readiness, ReadySpec, DEFAULT_INTERFACE};
 pub use spec::{

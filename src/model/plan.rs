@@ -316,8 +316,8 @@ pub struct Plan {
 }
 
 /// How long the `adaptive` policy holds instances after its recommendation drops, learned from
-/// how the drops of the last hour came back (`src/decide/hold.rs`), the room it keeps for
-/// surges, and the count a level of the last hour holds it to.
+/// how the drops of the last hour came back (`src/decide/hold.rs`), and the count a level of
+/// the last hour holds it to.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HoldWindow {
     pub window: Duration,
@@ -325,8 +325,6 @@ pub struct HoldWindow {
     pub drops: usize,
     /// Of them, those that came back within the window.
     pub back_within: usize,
-    /// The room kept for surges at the last pass, if any.
-    pub room: Option<Room>,
     /// The count a level of the demand over the last hour held the group to at the last pass
     /// (the count that would have cost least over the hour's readings), if it held it below
     /// what the other rules asked for.
@@ -345,18 +343,9 @@ pub struct Forecast {
     pub raised: Option<u32>,
 }
 
-/// The room the `adaptive` policy keeps for surges (`src/decide/adaptive.rs`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Room {
-    /// The largest surge kept room for (a rise of the demand between two passes), MiB: the
-    /// largest within the scale-down window, or of the last hour when it came again or
-    /// reached the limit.
-    pub surge_mib: f64,
-}
-
 impl HoldWindow {
     /// For people: "holding 1m 30s after drops (learned: 3 of the last hour's 5 drops came
-    /// back within 1m 30s); room for a surge of 120 MiB", or, where the demand repeats, "the
+    /// back within 1m 30s)", or, where the demand repeats, "the
     /// demand repeats every 7m: keeping the instances one period ago says are needed within
     /// 4m, and adding them before each recurring rise (raised to 9)".
     pub fn describe(&self) -> String {
@@ -380,16 +369,12 @@ impl HoldWindow {
                 plural(n)
             ),
         };
-        let room = match self.room {
-            Some(room) => format!("{hold}; room for a surge of {:.0} MiB", room.surge_mib),
-            None => hold,
-        };
         match self.level {
             Some(n) => format!(
-                "{room}; a level over the last hour: {n} instance{} would have cost least",
+                "{hold}; a level over the last hour: {n} instance{} would have cost least",
                 plural(n as usize)
             ),
-            None => room,
+            None => hold,
         }
     }
 }

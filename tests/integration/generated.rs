@@ -130,27 +130,34 @@ fn outcomes() -> Vec<(Family, Vec<Outcome>)> {
 /// Measured with seeds 0 to 29 (the printed totals, rounded up at the third decimal).
 #[rustfmt::skip]
 const HOLDS: [(&str, f64, usize, usize); 10] = [
-    ("steps", 0.347, 0, 0),
-    ("spikes", 0.386, 0, 0),
+    ("steps", 0.308, 0, 0),
+    ("spikes", 0.336, 0, 3),
     ("ramps", 0.381, 1, 0),
     ("sawtooth-up", 0.935, 0, 0),
-    ("sawtooth-down", 0.372, 0, 0),
-    ("sines", 0.632, 0, 0),
-    ("noise", 0.677, 0, 0),
-    ("daily", 0.546, 0, 0),
-    ("bursts", 0.504, 0, 5),
-    ("sums", 0.573, 0, 1),
+    ("sawtooth-down", 0.351, 0, 0),
+    ("sines", 0.627, 0, 0),
+    ("noise", 0.654, 0, 0),
+    ("daily", 0.528, 0, 0),
+    ("bursts", 0.386, 0, 7),
+    ("sums", 0.591, 0, 3),
 ];
 
 /// The families on every trace of which the default policy holds the bounds.
-const MEETS_THE_BOUNDS: [&str; 6] = [
-    "steps",
-    "spikes",
-    "sawtooth-down",
-    "sines",
-    "noise",
-    "daily",
-];
+const MEETS_THE_BOUNDS: [&str; 5] = ["steps", "sawtooth-down", "sines", "noise", "daily"];
+
+/// The bounds of the decisions that remember (issue 31), over the 300 traces: the total at
+/// most [`TOTAL_OF_ALL`] the better baselines'; each family OOM no longer in all than the
+/// better baselines over it; every trace at most [`families::RATIO_BOUND`] but those of
+/// [`ABOVE_THE_BOUND`]; and the families of [`WHEN_SET`] closer to their floors than when the
+/// bounds were set.
+const TOTAL_OF_ALL: f64 = 0.45;
+
+/// The traces above [`families::RATIO_BOUND`], and why: docs/decisions.md, "Where it does
+/// worst" (a trace whose first reading is held down by the limit, where +4 overshoots).
+const ABOVE_THE_BOUND: [(&str, u64); 1] = [("ramps", 20)];
+
+/// Family totals when the bounds were set, which they must now be below.
+const WHEN_SET: [(&str, f64); 3] = [("sawtooth-up", 0.97), ("sines", 0.66), ("daily", 0.546)];
 
 /// The families whose floor ([`incus_hpa::simulate::hindsight`]: the cost of the best count
 /// schedule chosen knowing each trace in advance) is above [`families::TOTAL_BOUND`]: no
@@ -163,6 +170,27 @@ fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
     for ((family, runs), (name, total, above, oom)) in outcomes().into_iter().zip(HOLDS) {
         assert_eq!(family.name(), name);
         let d = families::distribution(name, &runs).unwrap();
+        let oom_s: u64 = runs.iter().map(|r| r.default.oom_s).sum();
+        let better_oom_s: u64 = runs.iter().map(|r| r.better().oom_s).sum();
+        assert!(
+            oom_s <= better_oom_s,
+            "{name}: OOM {oom_s} s in all, against the better baselines' {better_oom_s} s"
+        );
+        for run in &runs {
+            let listed = ABOVE_THE_BOUND.contains(&(name, run.seed));
+            assert_eq!(
+                run.ratio() > families::RATIO_BOUND,
+                listed,
+                "{name} seed {}: {:.2}× the better baseline\nreplay: incus-hpa simulate -c \
+                 benches/traces/group.toml --group bench --family {name} --seed {} --compare",
+                run.seed,
+                run.ratio(),
+                run.seed
+            );
+        }
+        if let Some((_, then)) = WHEN_SET.iter().find(|(n, _)| *n == name) {
+            assert!(d.total < *then, "{d:?}: {then} when the bounds were set");
+        }
         assert!(
             d.total <= total && d.above_bound <= above && d.oom_above <= oom,
             "{d:?}\nreplay: incus-hpa simulate -c benches/traces/group.toml --group bench \
@@ -193,8 +221,7 @@ fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
         all.extend(runs);
     }
     let d = families::distribution("all", &all).unwrap();
-    assert!(
-        d.total <= 0.478 && d.above_bound <= 1 && d.oom_above <= 6,
-        "{d:?}"
-    );
+    assert!(d.total <= TOTAL_OF_ALL, "{d:?}");
+    // What holds today, as for each family: 0.442 in total, 13 traces OOM longer.
+    assert!(d.total <= 0.442 && d.oom_above <= 13, "{d:?}");
 }
