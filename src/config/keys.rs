@@ -880,8 +880,8 @@ pub fn keys() -> Vec<Key> {
             doc: "How many checks in a row must fail to take a ready instance out of service. It \
                   is then unhealthy, under the usual rules: replaced at once, and kept \
                   unhealthy_grace before it is removed, in case a check passes again. A frozen \
-                  instance is not checked: each of its checks counts as failed, so a freeze \
-                  shorter than failures checks (an incus copy or snapshot freezes its source \
+                  ready instance is not checked: each of its checks counts as failed, so a \
+                  freeze shorter than failures checks (an incus copy or snapshot freezes its source \
                   for a moment) leaves it in service, and its endpoints published.",
             example: "failures = 3",
         },

@@ -4,8 +4,8 @@
 //!
 //! An endpoint is an instance of the group that is in service (running, and ready or without
 //! a `ready` table; or frozen while its checks have not yet taken it out of service), has an
-//! address on the group's interface, and is not leaving (being removed). [`set`] computes it from what a pass observed; [`document`] writes the JSON the
-//! command reads, byte for byte:
+//! address on the group's interface, and is not leaving (being removed). [`set`] computes it
+//! from what a pass observed; [`document`] writes the JSON the command reads, byte for byte:
 //! `{"group":"web","project":"default","endpoints":[{"instance":"web-3kd9x2","address":"10.98.0.12","port":80}]}`.
 
 pub mod publisher;

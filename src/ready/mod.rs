@@ -10,10 +10,11 @@
 //!   instance a removal marked as leaving ([`Board::set_leaving`]) is not checked.
 //! - Each instance's readiness is followed by a [`track::Tracker`] (pure); the checks
 //!   themselves are [`probe`]'s. Instances no longer running are forgotten, but for frozen
-//!   ones: a frozen instance answers nothing, so each of its checks fails without being sent
-//!   ([`FROZEN`]). An `incus copy` or snapshot freezes its source for a moment: shorter than
-//!   `failures` checks, the freeze leaves the instance in service; longer, it takes it out as
-//!   any failing check does.
+//!   ones: a frozen instance answers nothing, so while it is ready each of its checks fails
+//!   without being sent ([`FROZEN`]). An `incus copy` or snapshot freezes its source for a
+//!   moment: shorter than `failures` checks, the freeze leaves the instance in service;
+//!   longer, it takes it out as any failing check does. One frozen before it was ready is left
+//!   as it was until it runs again (a freeze is not a failed start).
 //! - The log has one line when an instance becomes ready, when it is taken out of service,
 //!   and when it was never ready.
 //!
@@ -44,7 +45,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::decide::{ownership, Ownership};
 use crate::incus::{Incus, Instance};
 use crate::informer::Store;
-use crate::model::{DesiredState, GroupName, GroupSpec, InstanceStatus, ReadySpec};
+use crate::model::{DesiredState, GroupName, GroupSpec, InstanceStatus, Readiness, ReadySpec};
 use probe::{Checker, Target};
 use track::{Change, Outcome, Start, Tracker};
 
@@ -325,6 +326,9 @@ impl Round<'_> {
                 p.address = None;
             }
             let frozen = i.status() == InstanceStatus::Frozen;
+            if frozen && *p.tracker.readiness() != Readiness::Ready {
+                continue;
+            }
             targets.push((i.name.clone(), p.address, start, frozen));
         }
         let found: Vec<(String, Option<IpAddr>, Start, Outcome)> = stream::iter(targets)

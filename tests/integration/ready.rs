@@ -509,11 +509,42 @@ async fn a_frozen_instance_keeps_its_readiness_until_its_checks_fail_unsent() {
     })
     .await;
     // Thawed: checked again, and ready.
-    fake.set_status("web-aaaaaa", "Running");
-    relist(&fake, &store).await;
+    thawed_and_ready(&fake, &store, &board, "web-aaaaaa").await;
+    drop(prober);
+}
+
+/// Sets `name` running again (and lists it) and waits until its checks have it ready.
+async fn thawed_and_ready(fake: &Arc<FakeIncus>, store: &Store, board: &Board, name: &str) {
+    fake.set_status(name, "Running");
+    relist(fake, store).await;
     until("ready again", Duration::from_secs(20), || {
-        (readiness(&board, "web-aaaaaa") == Some(Readiness::Ready)).then_some(())
+        (readiness(board, name) == Some(Readiness::Ready)).then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn an_instance_frozen_before_it_was_ready_is_not_a_failed_start() {
+    let srv = server(0).await;
+    let (prober, board, plain, fake, store) = prober_over(&["web-aaaaaa", "web-bbbbbb"]).await;
+    // Frozen before its first check, with a start_timeout of 300 ms: its checks are not sent,
+    // and none counts against it.
+    fake.set_status("web-aaaaaa", "Frozen");
+    relist(&fake, &store).await;
+    let short = Some(Duration::from_millis(300));
+    prober.set_desired(&checked(plain, srv.port, short));
+    // The other one is checked every round: a few rounds pass, well past the start_timeout.
+    until("a few rounds", Duration::from_secs(20), || {
+        (srv.asked.load(Ordering::SeqCst) >= 4).then_some(())
+    })
+    .await;
+    assert_eq!(readiness(&board, "web-bbbbbb"), Some(Readiness::Ready));
+    assert_eq!(
+        readiness(&board, "web-aaaaaa"),
+        None,
+        "frozen: nothing found"
+    );
+    // Running again, its first check passes: ready, not a failed start.
+    thawed_and_ready(&fake, &store, &board, "web-aaaaaa").await;
     drop(prober);
 }
