@@ -20,10 +20,20 @@ const MINUTE: Duration = Duration::from_secs(60);
 fn serving(group: &str, min: u32, hook: &Path) -> String {
     let extra = format!(
         "ready = {{ port = 80, path = \"/\", period = \"500ms\", timeout = \"400ms\" }}\n\
-         endpoints = {{ command = [{:?}], timeout = \"2s\", deregistration_delay = \"1s\" }}\n\
-         profiles = [\"default\", \"{PROFILE}\"]",
+         endpoints = {{ command = [{:?}], timeout = \"2s\", deregistration_delay = \"1s\" }}\n",
         hook.display().to_string()
     );
+    web_servers(group, min, &extra)
+}
+
+/// The same group of web servers at 1, neither checked nor published.
+fn unserved(group: &str) -> String {
+    web_servers(group, 1, "")
+}
+
+/// A group of `min` to 3 busybox web servers on the test's bridge, with `extra` keys.
+fn web_servers(group: &str, min: u32, extra: &str) -> String {
+    let extra = format!("{extra}profiles = [\"default\", \"{PROFILE}\"]");
     desired(group, min, 3, &extra).replace("image = \"busybox\"", "image = \"busybox-web\"")
 }
 
@@ -108,9 +118,13 @@ fn an_endpoints_command_that_fails_every_second_run() {
             sock = dir.join("admin.sock").display(),
         ),
     );
-    w.start(&serving(&g, 1, &hook));
+    // The sentinels first, before the group serves: `incus copy` freezes its source for a
+    // moment, and a freeze longer than the checks allow (3 in a row, 500 ms apart) takes the
+    // source out of service, as it should, which the client would see.
+    w.start(&unserved(&g));
     w.converge(1, MINUTE);
     w.add_sentinels();
+    w.lab.reload(&serving(&g, 1, &hook));
     eventually(&w.lab, "HAProxy serves", MINUTE, || {
         matches!(crate::hooks_common::get(port, "/"), Some((200, _)))
     });
