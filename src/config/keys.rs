@@ -439,13 +439,12 @@ pub fn keys() -> Vec<Key> {
                   through noise, the count is kept only with a margin of half its typical \
                   change between passes within the tolerance), how long a drop is held is \
                   learned from how the group's drops came back (never longer than \
-                  scale_down_stabilization), a demand that \
-                  held a level over the last hour gets no more than the count that would have \
-                  cost least over its readings (incus-hpa status GROUP shows all \
-                  three), and an instance that \
-                  reaches its memory limit, or a group that goes above its tolerance, between \
-                  two passes wakes the next one at once (read \
-                  from its cgroup files on this host). Both stay within min, max, \
+                  scale_down_stabilization), a demand that held a level over the last hour \
+                  gets no more than the count that would have cost least over its readings \
+                  (incus-hpa status GROUP shows both), and an instance that reaches its memory \
+                  limit, or a group that goes above its tolerance, between two passes wakes the \
+                  next one at once (read from its cgroup files on this host), rather than room \
+                  being kept ahead of surges. Both stay within min, max, \
                   the stabilization windows and the step limits, and neither scales down on a \
                   missing reading.",
             example: "policy = \"adaptive\"",
