@@ -435,7 +435,8 @@ pub fn keys() -> Vec<Key> {
                   change within the tolerance, and Kubernetes' default scale-up rate unless step \
                   limits are set. \"adaptive\" sizes the group from an estimate of its demand: \
                   each instance's base use is learned, an instance at its limit at least doubles \
-                  the count, growth is carried one interval ahead (and while the demand rises \
+                  the count (held down by it, the count grows by 4, or triples if that is less), \
+                  growth is carried one interval ahead (and while the demand rises \
                   through noise, the count is kept only with a margin of half its typical \
                   change between passes within the tolerance), how long a drop is held is \
                   learned from how the group's drops came back (never longer than \
@@ -443,7 +444,8 @@ pub fn keys() -> Vec<Key> {
                   gets no more than the count that would have cost least over its readings \
                   (incus-hpa status GROUP shows both), and an instance that reaches its memory \
                   limit, or a group that goes above its tolerance, between two passes wakes the \
-                  next one at once (read from its cgroup files on this host), rather than room \
+                  next one at once, as does an instance the last pass added that reaches its \
+                  limit too (read from its cgroup files on this host), rather than room \
                   being kept ahead of surges. Both stay within min, max, \
                   the stabilization windows and the step limits, and neither scales down on a \
                   missing reading.",

@@ -12,7 +12,9 @@
 //!   kill no longer shows), the demand is only a lower bound; the count then at least
 //!   doubles, where the ratio would cap the step at `100 / threshold`; and when the limit
 //!   holds a reading down or the killer killed, how far beyond the limit the demand goes is
-//!   unknown, and the count grows by at least 4.
+//!   unknown, and the count grows by at least 4, or triples if that is less (one instance
+//!   may be just over; the watch wakes the next pass when the ones added reach their limit
+//!   too: [`Strain::NewAtLimit`]).
 //! - **Load that keeps growing**: the demand's trend over the last minute (the slowest growth
 //!   between passes, when it grew between most and fell between none) is carried one interval
 //!   ahead, so that new instances are ready when the load arrives rather than one pass after it.
@@ -363,6 +365,10 @@ pub enum Strain {
     AboveTolerance,
     /// An instance is at its limit.
     AtLimit,
+    /// An instance the last pass did not measure (one it created) is at its limit: the pass
+    /// added too few. Only the watch between passes tells it ([`wakes`]); a pass measures them
+    /// all.
+    NewAtLimit,
 }
 
 /// The strain `readings` (the memory of a group's instances) show for the group `spec`.
@@ -381,8 +387,9 @@ pub fn strain(spec: &GroupSpec, readings: impl IntoIterator<Item = Memory>) -> S
 /// Whether readings taken between passes (their strain `now`) wake the group's pass now,
 /// `since_pass` after the last one (whose readings' strain was `at_last_pass`): for the
 /// `adaptive` policy on memory, when the strain rose since the last pass (a group that was at
-/// its limit, or above its tolerance, then is the passes' to follow), and at least
-/// [`WAKE_GAP`] after it. A surge is then met in a second or so, not up to an `interval` later.
+/// its limit, or above its tolerance, then is the passes' to follow, unless an instance the
+/// pass added reaches its limit too: [`Strain::NewAtLimit`]), and at least [`WAKE_GAP`] after
+/// it. A surge is then met in a second or so, not up to an `interval` later.
 pub fn wakes(spec: &GroupSpec, at_last_pass: Strain, now: Strain, since_pass: Duration) -> bool {
     spec.policy == crate::model::Policy::Adaptive
         && spec.memory_threshold.is_some()
@@ -557,13 +564,18 @@ pub fn recommend(
     };
     let mut needed = needed.min(f64::from(u32::MAX)) as u32;
     if at_limit {
-        // A reading the limit holds down, or a kill, hides how far the demand is beyond it:
-        // the count grows by at least 4 then. One short of it still shows the demand.
+        // At the limit, the count at least doubles. A reading the limit holds down, or a kill,
+        // hides how far the demand is beyond it: the count grows by at least 4 then, or
+        // triples if that is less (one instance held down may be just over it; if the ones
+        // added reach their limit too, the watch wakes the next pass as soon as they do:
+        // [`Strain::NewAtLimit`]). One short of it still shows the demand.
         let m = readings.len() as u32;
         let hidden = readings
             .iter()
             .any(|r| r.oom_killed || held_down(&r.memory));
-        needed = needed.max(2 * m).max(if hidden { m + 4 } else { m });
+        needed = needed
+            .max(2 * m)
+            .max(if hidden { m + (2 * m).min(4) } else { m });
     }
     let needed = needed.clamp(spec.min, spec.max);
     // What the group goes through for want of instances, for the hold to weigh.

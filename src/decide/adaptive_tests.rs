@@ -52,12 +52,23 @@ fn of(instances: Vec<ObservedInstance>) -> Observation {
 }
 
 #[test]
-fn at_the_limit_the_count_at_least_doubles_and_grows_by_four_when_held_down() {
+fn at_the_limit_the_count_at_least_doubles_and_grows_by_four_or_triples_when_held_down() {
     let s = adaptive(1, 20, 60.0);
     let (mut h, now) = settled(1);
     let p = decide(&s, &of(vec![inst(1, 64, 600)]), &mut h, now);
-    // The ratio would say ceil(100 / 60) = 2; the demand behind a capped reading is unknown.
-    assert_eq!((p.desired, p.reason), (5, Reason::AtLimit));
+    // The ratio would say ceil(100 / 60) = 2; the demand behind a capped reading is unknown:
+    // one held down triples (it may be just over; if the two added reach their limit too, the
+    // watch wakes the next pass), two grow by four (to 6), three by four (to 7).
+    assert_eq!((p.desired, p.reason), (3, Reason::AtLimit));
+    for (n, grown) in [(2, 6), (3, 7), (4, 8)] {
+        let (mut h, now) = settled(n);
+        let full: Vec<_> = (0..n).map(|i| inst(i.into(), 64, 600)).collect();
+        assert_eq!(
+            decide(&s, &of(full), &mut h, now).desired,
+            grown,
+            "{n} held down"
+        );
+    }
     // 63 of 64 MiB (98 %) is at the limit, but not held down by it: the demand shows, and
     // the count doubles without the 4.
     let (mut h, now) = settled(1);
@@ -160,48 +171,48 @@ fn a_noisy_rise_is_kept_within_tolerance_by_half_a_typical_change() {
 fn the_window_after_a_drop_is_learned_from_how_drops_came_back() {
     let s = adaptive(1, 20, 50.0);
     let t0 = Instant::now();
-    let (mut h, _) = settled(4);
-    let busy = obs(&[50.0; 4]);
-    let idle = obs(&[5.0; 4]);
+    let (mut h, _) = settled(3);
+    let busy = obs(&[50.0; 3]);
+    let idle = obs(&[5.0; 3]);
     let at = |s: u64| t0 + Duration::from_secs(s);
-    assert_eq!(decide(&s, &busy, &mut h, at(0)).desired, 4);
+    assert_eq!(decide(&s, &busy, &mut h, at(0)).desired, 3);
     // Nothing learned yet: a minute.
     assert_eq!(h.estimates.learned(&s).window, Duration::from_secs(60));
-    // The minute's readings still ask for 4 at 30; the window holds that until 90, and the
+    // The minute's readings still ask for 3 at 30; the window holds that until 90, and the
     // plan says which window holds it (the `kubernetes` policy's plan names none).
     let plan = decide(&s, &idle, &mut h, at(30));
-    assert_eq!(plan.desired, 4);
+    assert_eq!(plan.desired, 3);
     assert_eq!(
         plan.hold.map(|w| w.describe()).as_deref(),
         Some("holding 1m after drops (nothing learned yet: no drop in the last hour)")
     );
-    let (mut k, now) = settled(4);
+    let (mut k, now) = settled(3);
     assert_eq!(decide(&spec(1, 20, 50.0), &idle, &mut k, now).hold, None);
-    assert_eq!(decide(&s, &idle, &mut h, at(61)).desired, 4);
+    assert_eq!(decide(&s, &idle, &mut h, at(61)).desired, 3);
     assert_eq!(decide(&s, &idle, &mut h, at(91)).desired, 1);
-    // The load comes back 90 s after the 4 was last asked for, at the limit: holding the three
-    // instances 90 s would have cost less than letting them go.
-    assert_eq!(decide(&s, &obs(&[100.0]), &mut h, at(120)).desired, 5);
+    // The load comes back 90 s after the 3 was last asked for, at the limit (one instance held
+    // down: to 3): holding the two instances 90 s would have cost less than letting them go.
+    assert_eq!(decide(&s, &obs(&[100.0]), &mut h, at(120)).desired, 3);
     let learned = h.estimates.learned(&s);
     assert_eq!(
         (learned.window, learned.drops, learned.back_within),
-        (Duration::from_secs(90), 3, 3)
+        (Duration::from_secs(90), 2, 2)
     );
     // The journal and `status` say so.
     assert_eq!(
         learned.describe(),
-        "holding 1m 30s after drops (learned: 3 of the last hour's 3 drops came back within \
+        "holding 1m 30s after drops (learned: 2 of the last hour's 2 drops came back within \
          1m 30s)"
     );
-    // 5 is asked for until the minute's readings let go of 180's (at 240); the window holds it
+    // 3 is asked for until the minute's readings let go of 180's (at 240); the window holds it
     // 90 s more; then down to what the demand needs (no room is kept for the surge seen at
-    // 180).
-    assert_eq!(decide(&s, &obs(&[50.0; 5]), &mut h, at(180)).desired, 5);
-    let five_idle = obs(&[10.0; 5]);
+    // 120).
+    assert_eq!(decide(&s, &obs(&[50.0; 3]), &mut h, at(180)).desired, 3);
+    let three_idle = obs(&[10.0; 3]);
     for t in [200, 240, 329] {
-        assert_eq!(decide(&s, &five_idle, &mut h, at(t)).desired, 5, "at {t}");
+        assert_eq!(decide(&s, &three_idle, &mut h, at(t)).desired, 3, "at {t}");
     }
-    assert_eq!(decide(&s, &five_idle, &mut h, at(331)).desired, 1);
+    assert_eq!(decide(&s, &three_idle, &mut h, at(331)).desired, 1);
 }
 
 #[test]
@@ -276,7 +287,7 @@ fn an_oom_kill_since_the_last_pass_counts_as_the_limit() {
 
 #[test]
 fn readings_that_reached_the_limit_or_left_the_tolerance_between_passes_wake_the_pass() {
-    use adaptive::Strain::{AboveTolerance, AtLimit, Within};
+    use adaptive::Strain::{AboveTolerance, AtLimit, NewAtLimit, Within};
     let s = adaptive(1, 20, 50.0);
     // 100 MiB limits, threshold 50 %, tolerance 0.1: above 55 % overall is above it.
     let m = |usage: u64| Memory {
@@ -294,6 +305,10 @@ fn readings_that_reached_the_limit_or_left_the_tolerance_between_passes_wake_the
     assert!(adaptive::wakes(&s, Within, AtLimit, gap));
     assert!(adaptive::wakes(&s, Within, AboveTolerance, gap));
     assert!(adaptive::wakes(&s, AboveTolerance, AtLimit, gap));
+    // At the limit at the last pass, and an instance it added at its limit too: it added too
+    // few, and the next pass need not wait for the interval.
+    assert!(adaptive::wakes(&s, AtLimit, NewAtLimit, gap));
+    assert!(adaptive::wakes(&s, Within, NewAtLimit, gap));
     // No more strain than at the last pass (the passes follow it), or too soon.
     assert!(!adaptive::wakes(&s, Within, Within, gap));
     assert!(!adaptive::wakes(&s, AtLimit, AtLimit, gap));

@@ -38,8 +38,8 @@ pub fn daemon_page() -> String {
          keep current and from their cgroup files (and, for \
          the adaptive policy, as soon as an instance reaches its memory limit, or the group goes \
          above its tolerance, between two \
-         passes), decides how many there should be, and creates, starts or deletes instances \
-         until reality matches. It only ever acts on instances it created for a group, never on missing data, \
+         passes, or an instance the last pass added reaches its limit too), decides how many \
+         there should be, and creates, starts or deletes instances until reality matches. It only ever acts on instances it created for a group, never on missing data, \
          and keeps running on the last good file when an edit is wrong.",
     );
     p.para(

@@ -1,7 +1,7 @@
 //! The watch between passes ([`Reconciler::peek`]): every [`PEEK_EVERY`], what the instances
 //! of the `adaptive` groups that scale on memory use, read where that costs no request to
 //! incusd, wakes a group whose instance reached its limit, or that went above its tolerance,
-//! since its last pass.
+//! since its last pass, or whose instance new since the last pass reached its limit.
 
 use std::time::Duration;
 
@@ -16,7 +16,8 @@ impl Reconciler {
     /// each on this host; the whole reading of one near its limit, and of all of them when
     /// the files put the group above its tolerance), and makes the group due at `now` when
     /// one of them reached its limit, or the group went above its tolerance, since the last
-    /// pass ([`crate::decide::adaptive::wakes`]). Not for a group backing off, in standby, with
+    /// pass, or one the last pass did not measure (it created it) reached its limit
+    /// ([`crate::decide::adaptive::wakes`]). Not for a group backing off, in standby, with
     /// a pass in flight, or with a pass due within [`PEEK_EVERY`].
     pub fn peek(&mut self, now: Instant) {
         use crate::decide::adaptive::{at_limit, strain, wakes, Strain};
@@ -27,7 +28,7 @@ impl Reconciler {
             if g.failures > 0
                 || g.busy()
                 || g.next <= now + PEEK_EVERY
-                || !wakes(&g.spec, g.strain, Strain::AtLimit, since)
+                || !wakes(&g.spec, g.strain, Strain::NewAtLimit, since)
                 || self
                     .ctx
                     .leases
@@ -65,10 +66,18 @@ impl Reconciler {
                     memory.peek(project, name)
                 }
             };
-            let full = told.iter().find(|t| {
+            let full = |t: &&(&str, Option<Memory>, bool)| {
                 t.1.is_some_and(|m| at_limit(&m)) && whole(t).is_some_and(|m| at_limit(&m))
-            });
-            let (now_strain, why) = if let Some((name, _, _)) = full {
+            };
+            // One the last pass did not measure (it created it, or it had no reading then) is
+            // read whole: at its limit too, the pass added too few.
+            let new = told.iter().filter(|t| t.2).find(full);
+            let (now_strain, why) = if let Some((name, _, _)) = new {
+                (
+                    Strain::NewAtLimit,
+                    format!("{name}, new since the last pass, reached its memory limit"),
+                )
+            } else if let Some((name, _, _)) = told.iter().find(full) {
                 (Strain::AtLimit, format!("{name} reached its memory limit"))
             } else if g.strain < Strain::AboveTolerance
                 && strain(&g.spec, told.iter().filter_map(|t| t.1)) >= Strain::AboveTolerance

@@ -7,8 +7,9 @@
 //! creation and observed idle until then (memory B, no CPU, no pressure). The run starts with
 //! `min` ready instances. Decisions happen at t = 0, every `interval`, when a schedule window
 //! opens or closes, and, for the `adaptive` policy, in the second an instance reaches its
-//! limit or the group goes above its tolerance (as the daemon wakes then:
-//! [`crate::decide::adaptive::wakes`]); creations and removals happen at once.
+//! limit, the group goes above its tolerance, or an instance the last pass created reaches its
+//! limit too (as the daemon wakes then: [`crate::decide::adaptive::wakes`]); creations and
+//! removals happen at once.
 //! The other columns of a trace (see [`Trace`]):
 //! - `cpu_percent` C(t): the group's CPU demand, in percent of one instance's CPU limit, spread
 //!   like memory: each ready instance runs at `min(100, C / ready)` %, and its CPU counter
@@ -47,7 +48,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::decide::adaptive::{strain, wakes};
+use crate::decide::adaptive::{at_limit, strain, wakes, Strain};
 use crate::decide::{decide, History};
 use crate::model::{
     Action, GroupSpec, InstanceStatus, Memory, Observation, ObservedInstance, Policy, Window,
@@ -267,6 +268,8 @@ pub fn simulate_each(
     let (mut window, mut wake) = (None, Some(0));
     let (mut min, mut max) = (spec.min, spec.max);
     let (mut last_pass, mut last_pass_strain) = (0u64, None);
+    // The instances the last pass measured: those created up to then.
+    let mut measured = created;
 
     for t in 0..trace.seconds() {
         let now = trace.at(t as f64);
@@ -288,24 +291,33 @@ pub fn simulate_each(
             }
         };
         // The daemon's watch between passes: readings that reached the limit, or took the
-        // group above its tolerance, since the last pass wake the `adaptive` policy's pass at
-        // once (see `adaptive::wakes`). The baselines have no watch.
-        let strain_now = (policy == SimPolicy::Default).then(|| {
-            strain(
-                &spec,
-                instances.iter().map(|i| Memory {
-                    usage: (use_mib(i) * MIB) as u64,
-                    limit: (limit * MIB) as u64,
-                    ..Default::default()
-                }),
-            )
+        // group above its tolerance, since the last pass, or an instance created by the last
+        // pass at its limit, wake the `adaptive` policy's pass at once (see `adaptive::wakes`).
+        // The baselines have no watch.
+        let memory = |i: &SimInstance| Memory {
+            usage: (use_mib(i) * MIB) as u64,
+            limit: (limit * MIB) as u64,
+            ..Default::default()
+        };
+        // What a pass now would read (it measures them all), and what the watch reads.
+        let strain_pass =
+            (policy == SimPolicy::Default).then(|| strain(&spec, instances.iter().map(memory)));
+        let strain_now = strain_pass.map(|s| {
+            let new_at_limit = instances
+                .iter()
+                .any(|i| i.seq > measured && at_limit(&memory(i)));
+            if new_at_limit {
+                Strain::NewAtLimit
+            } else {
+                s
+            }
         });
         let since_pass = Duration::from_secs(t.saturating_sub(last_pass));
         let woken = last_pass_strain
             .zip(strain_now)
             .is_some_and(|(at, now)| wakes(&spec, at, now, since_pass));
         if t % every == 0 || changed || woken {
-            (last_pass, last_pass_strain) = (t, strain_now);
+            (last_pass, last_pass_strain, measured) = (t, strain_pass, created);
             let before = instances.len() as i64;
             match policy {
                 SimPolicy::Step => {

@@ -130,31 +130,26 @@ fn outcomes() -> Vec<(Family, Vec<Outcome>)> {
 /// Measured with seeds 0 to 29 (the printed totals, rounded up at the third decimal).
 #[rustfmt::skip]
 const HOLDS: [(&str, f64, usize, usize); 10] = [
-    ("steps", 0.308, 0, 0),
-    ("spikes", 0.336, 0, 3),
-    ("ramps", 0.381, 1, 0),
-    ("sawtooth-up", 0.935, 0, 0),
-    ("sawtooth-down", 0.351, 0, 0),
-    ("sines", 0.627, 0, 0),
-    ("noise", 0.654, 0, 0),
+    ("steps", 0.299, 0, 0),
+    ("spikes", 0.341, 0, 4),
+    ("ramps", 0.349, 0, 0),
+    ("sawtooth-up", 0.929, 0, 0),
+    ("sawtooth-down", 0.352, 0, 0),
+    ("sines", 0.639, 0, 0),
+    ("noise", 0.669, 0, 0),
     ("daily", 0.528, 0, 0),
-    ("bursts", 0.386, 0, 7),
-    ("sums", 0.591, 0, 3),
+    ("bursts", 0.395, 0, 7),
+    ("sums", 0.598, 0, 2),
 ];
 
 /// The families on every trace of which the default policy holds the bounds.
-const MEETS_THE_BOUNDS: [&str; 5] = ["steps", "sawtooth-down", "sines", "noise", "daily"];
+const MEETS_THE_BOUNDS: [&str; 6] = ["steps", "ramps", "sawtooth-down", "sines", "noise", "daily"];
 
 /// The bounds of the decisions that remember (issue 31), over the 300 traces: the total at
 /// most [`TOTAL_OF_ALL`] the better baselines'; each family OOM no longer in all than the
-/// better baselines over it; every trace at most [`families::RATIO_BOUND`] but those of
-/// [`ABOVE_THE_BOUND`]; and the families of [`WHEN_SET`] closer to their floors than when the
-/// bounds were set.
+/// better baselines over it; every trace at most [`families::RATIO_BOUND`]; and the families
+/// of [`WHEN_SET`] closer to their floors than when the bounds were set.
 const TOTAL_OF_ALL: f64 = 0.45;
-
-/// The traces above [`families::RATIO_BOUND`], and why: docs/decisions.md, "Where it does
-/// worst" (a trace whose first reading is held down by the limit, where +4 overshoots).
-const ABOVE_THE_BOUND: [(&str, u64); 1] = [("ramps", 20)];
 
 /// Family totals when the bounds were set, which they must now be below.
 const WHEN_SET: [(&str, f64); 3] = [("sawtooth-up", 0.97), ("sines", 0.66), ("daily", 0.546)];
@@ -177,10 +172,8 @@ fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
             "{name}: OOM {oom_s} s in all, against the better baselines' {better_oom_s} s"
         );
         for run in &runs {
-            let listed = ABOVE_THE_BOUND.contains(&(name, run.seed));
-            assert_eq!(
-                run.ratio() > families::RATIO_BOUND,
-                listed,
+            assert!(
+                run.ratio() <= families::RATIO_BOUND,
                 "{name} seed {}: {:.2}× the better baseline\nreplay: incus-hpa simulate -c \
                  benches/traces/group.toml --group bench --family {name} --seed {} --compare",
                 run.seed,
@@ -222,6 +215,6 @@ fn the_default_policy_does_no_worse_than_measured_on_300_generated_traces() {
     }
     let d = families::distribution("all", &all).unwrap();
     assert!(d.total <= TOTAL_OF_ALL, "{d:?}");
-    // What holds today, as for each family: 0.442 in total, 13 traces OOM longer.
-    assert!(d.total <= 0.442 && d.oom_above <= 13, "{d:?}");
+    // What holds today, as for each family: 0.445 in total, 13 traces OOM longer.
+    assert!(d.total <= 0.445 && d.oom_above <= 13, "{d:?}");
 }

@@ -357,3 +357,22 @@ async fn a_reading_at_the_limit_wakes_an_adaptive_group_long_before_its_interval
         h.shutdown().await;
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn instances_a_pass_added_that_reach_their_limit_too_wake_the_next_pass() {
+    // Every instance fills up to its limit as soon as it runs, on a 1 h interval. The first
+    // pass creates one; at its limit, it wakes the next, which triples it (one held down may
+    // be just over); the two added reach their limit too, which wakes the next pass at once
+    // (3 → 7), and so on to the group's max: within seconds, not once an hour.
+    let toml = web(1, 12)
+        .replace("interval = \"2s\"", "interval = \"1h\"")
+        .replace(
+            "memory_threshold = 50\n",
+            "memory_threshold = 50\npolicy = \"adaptive\"\n",
+        );
+    let fake = Arc::new(FakeIncus::default());
+    *fake.default_memory.lock().unwrap() = Some(mem(99.5));
+    let h = Harness::start(&toml, fake);
+    eventually("12 running", MINUTE, || h.fake.running("web") == 12).await;
+    h.shutdown().await;
+}
