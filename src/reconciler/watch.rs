@@ -41,10 +41,14 @@ impl Reconciler {
             let project = &g.spec.project;
             let memory = &self.memory;
             // What the files tell: each instance's usage (one file) against the limit the last
-            // pass read; the whole reading of one whose limit is not known yet (`true`).
+            // pass read; the whole reading of one whose limit is not known yet (`true`). A
+            // group at its limit at the last pass only has those to read: only a new one at
+            // its limit wakes it.
+            let at_limit_then = g.strain >= Strain::AtLimit;
             let told: Vec<(&str, Option<Memory>, bool)> = g
                 .watched
                 .iter()
+                .filter(|(_, limit)| limit.is_none() || !at_limit_then)
                 .map(|(name, limit)| match limit {
                     Some(limit) => {
                         let m = memory.usage(project, name).map(|usage| Memory {
