@@ -26,9 +26,9 @@ fn serving(group: &str, min: u32, hook: &Path) -> String {
     web_servers(group, min, &extra)
 }
 
-/// The same group of web servers at 1, neither checked nor published.
-fn unserved(group: &str) -> String {
-    web_servers(group, 1, "")
+/// The same group of web servers at `min`, neither checked nor published.
+fn unserved(group: &str, min: u32) -> String {
+    web_servers(group, min, "")
 }
 
 /// A group of `min` to 3 busybox web servers on the test's bridge, with `extra` keys.
@@ -73,9 +73,16 @@ fn an_endpoints_command_that_hangs() {
     let (hangs, works) = (dir.join("hangs"), dir.join("works"));
     script(&hangs, "exec /bin/sleep 3600");
     script(&works, "exec /bin/cat >/dev/null");
-    w.start(&serving(&g, 2, &hangs));
+    // The sentinels first, before the group is checked: `incus copy` freezes its source, and
+    // a freeze longer than the checks allow takes it out of service and has it replaced, as
+    // it should, which would add an instance this row does not expect.
+    w.start(&unserved(&g, 2));
     w.converge(2, MINUTE);
     w.add_sentinels();
+    w.lab.reload(&serving(&g, 2, &hangs));
+    eventually(&w.lab, "both checked ready", MINUTE, || {
+        w.lab.log_count(&["is ready"]) >= 2
+    });
     // A scale-down: the leaving instance's removal waits for the command, which never ends:
     // held, again and again, and nothing is stopped; each run is killed at its timeout.
     let t0 = std::time::Instant::now();
@@ -121,7 +128,7 @@ fn an_endpoints_command_that_fails_every_second_run() {
     // The sentinels first, before the group serves: `incus copy` freezes its source for a
     // moment, and a freeze longer than the checks allow (3 in a row, 500 ms apart) takes the
     // source out of service, as it should, which the client would see.
-    w.start(&unserved(&g));
+    w.start(&unserved(&g, 1));
     w.converge(1, MINUTE);
     w.add_sentinels();
     w.lab.reload(&serving(&g, 1, &hook));
