@@ -566,16 +566,15 @@ pub fn recommend(
     if at_limit {
         // At the limit, the count at least doubles. A reading the limit holds down, or a kill,
         // hides how far the demand is beyond it: the count grows by at least 4 then, or
-        // triples if that is less (one instance held down may be just over it; if the ones
-        // added reach their limit too, the watch wakes the next pass as soon as they do:
-        // [`Strain::NewAtLimit`]). One short of it still shows the demand.
+        // triples if that is less, and doubles if that is more (one instance held down may be
+        // just over it; if the ones added reach their limit too, the watch wakes the next pass
+        // as soon as they do: [`Strain::NewAtLimit`]). One short of it still shows the demand.
         let m = readings.len() as u32;
         let hidden = readings
             .iter()
             .any(|r| r.oom_killed || held_down(&r.memory));
-        needed = needed
-            .max(2 * m)
-            .max(if hidden { m + (2 * m).min(4) } else { m });
+        let grown = if hidden { (2 * m).min(4).max(m) } else { m };
+        needed = needed.max(m + grown);
     }
     let needed = needed.clamp(spec.min, spec.max);
     // What the group goes through for want of instances, for the hold to weigh.

@@ -299,7 +299,8 @@ pub fn simulate_each(
             limit: (limit * MIB) as u64,
             ..Default::default()
         };
-        // What a pass now would read (it measures them all), and what the watch reads.
+        // What a pass now would read (it measures them all: their memory, with their CPU and
+        // pressure), and what the watch reads.
         let strain_pass =
             (policy == SimPolicy::Default).then(|| strain(&spec, instances.iter().map(memory)));
         let strain_now = strain_pass.map(|s| {
@@ -359,8 +360,6 @@ pub fn simulate_each(
                                     created_at: i.created as i64 * 1_000_000_000 + i.seq as i64,
                                     since_start: Some(Duration::from_secs(t - i.created)),
                                     memory: Some(Memory {
-                                        usage: (use_mib(i) * MIB) as u64,
-                                        limit: (limit * MIB) as u64,
                                         oom_kills: None,
                                         cpu_ns: spec.cpu_threshold.map(|_| i.cpu_ns),
                                         pressure: spec.pressure_threshold.map(|_| {
@@ -370,6 +369,7 @@ pub fn simulate_each(
                                                 0.0
                                             }
                                         }),
+                                        ..memory(i)
                                     }),
                                     warm: false,
                                     protected: false,
