@@ -46,6 +46,20 @@ fn member_incus(m: &str, args: &[&str]) -> String {
     cluster_sh(&all)
 }
 
+/// `incus ARGS…` that only reads, run in member `m`: its output, asked again (up to 5
+/// times) when it comes back empty. `incus exec` on a busy host now and then exits 0 with
+/// none of its command's output (canonical/lxd#11890; once in CI, for an `incus query`
+/// that always prints at least `[]`).
+fn member_query(m: &str, args: &[&str]) -> String {
+    for _ in 0..4 {
+        let out = member_incus(m, args);
+        if !out.trim().is_empty() {
+            return out;
+        }
+    }
+    member_incus(m, args)
+}
+
 impl Cluster {
     /// Brings the cluster up (a no-op when it is) and reads how to reach it.
     fn up() -> Self {
@@ -71,11 +85,12 @@ impl Cluster {
 
 /// The group's instances on the cluster: (name, member, status).
 fn placed(group: &str) -> Vec<(String, String, String)> {
-    let json = member_incus(
+    let json = member_query(
         "m1",
         &["query", "/1.0/instances?recursion=1&project=default"],
     );
-    let list: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let list: Vec<serde_json::Value> =
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json:?}"));
     let prefix = format!("{group}-");
     let mut out: Vec<_> = list
         .iter()
@@ -354,7 +369,7 @@ fn real_cluster_daemons_on_two_members_share_the_lease() {
     let a = MemberDaemon::start("m1", &lab, &toml);
     let b = MemberDaemon::start("m2", &lab, &toml);
     let holder = || {
-        member_incus(
+        member_query(
             "m1",
             &[
                 "profile",
@@ -424,7 +439,7 @@ fn real_cluster_daemons_on_two_members_share_the_lease() {
 /// The memory member `m` has left as `GET /1.0/resources?target=M` says (total − used),
 /// asked through m1: the figure the daemon reads for `[daemon] host_reserve`.
 fn member_available(m: &str) -> u64 {
-    let json = member_incus("m1", &["query", &format!("/1.0/resources?target={m}")]);
+    let json = member_query("m1", &["query", &format!("/1.0/resources?target={m}")]);
     let res: serde_json::Value = serde_json::from_str(&json).unwrap();
     let field = |k: &str| {
         res["memory"][k]
