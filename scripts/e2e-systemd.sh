@@ -24,6 +24,19 @@ key=user.incus-hpa.group
 conf=/etc/incus-hpa/desired-state.toml
 
 in_ct() { incus exec "$ct" -- "$@"; }
+# read_in CT CMD…: the output of CMD, which only reads, in container CT; asked again (5 times at
+# most) when it comes back empty: `incus exec` on a busy host now and then exits 0 with none of
+# its command's output (canonical/lxd#11890).
+read_in() {
+    local c=$1 out= _
+    shift
+    for _ in 1 2 3 4 5; do
+        out=$(incus exec "$c" -- "$@") || return
+        [ -n "$out" ] && break
+    done
+    printf '%s\n' "$out"
+}
+ct_read() { read_in "$ct" "$@"; }
 dump() {
     log "--- journal of incus-hpa in $ct ---"
     in_ct journalctl -u incus-hpa --no-pager -o short-precise -n 200 >&2 || true
@@ -124,28 +137,28 @@ in_ct systemctl is-system-running --wait >/dev/null 2>&1 || true
 incus file push -q "$deb" "$ct/tmp/incus-hpa.deb"
 in_ct env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/incus-hpa.deb >/dev/null 2>&1 ||
     in_ct dpkg -i /tmp/incus-hpa.deb
-[ "$(in_ct stat -c %U:%G:%a $conf)" = "root:incus-hpa:640" ] || fail "config file ownership"
-in_ct id -nG incus-hpa | grep -qw incus-admin || fail "incus-hpa is not in incus-admin"
+[ "$(ct_read stat -c %U:%G:%a $conf)" = "root:incus-hpa:640" ] || fail "config file ownership"
+ct_read id -nG incus-hpa | grep -qw incus-admin || fail "incus-hpa is not in incus-admin"
 for page in man8/incus-hpa.8.gz man5/incus-hpa.toml.5.gz; do
     in_ct test -e /usr/share/man/$page || fail "no man page $page"
 done
 
 # The host's socket, owned by the container's incus-admin group.
-gid=$(in_ct getent group incus-admin | cut -d: -f3)
+gid=$(ct_read getent group incus-admin | cut -d: -f3)
 in_ct mkdir -p /var/lib/incus
 incus config device add "$ct" incus-socket proxy \
     listen=unix:/var/lib/incus/unix.socket connect=unix:/var/lib/incus/unix.socket \
     bind=instance uid=0 gid="$gid" mode=0660 >/dev/null
 
 # Journal queries by field; `grep -c` reads to the end (grep -q would SIGPIPE journalctl).
-journal() { in_ct journalctl -u incus-hpa --no-pager "$@"; }
+journal() { ct_read journalctl -u incus-hpa --no-pager "$@"; }
 
 log "enable --now with min = 2"
 desired 2
 in_ct incus-hpa validate >/dev/null || fail "incus-hpa validate refused the file"
-in_ct incus-hpa plan | grep -q "^$group: 0 instance(s)" || fail "incus-hpa plan"
+ct_read incus-hpa plan | grep -q "^$group: 0 instance(s)" || fail "incus-hpa plan"
 in_ct systemctl enable --now incus-hpa
-[ "$(in_ct systemctl is-active incus-hpa)" = active ] || fail "not active after enable --now"
+[ "$(ct_read systemctl is-active incus-hpa)" = active ] || fail "not active after enable --now"
 until_ok "2 instances on the host" 60 count_is 2
 
 log "reload with min = 3"
@@ -155,12 +168,12 @@ until_ok "3 instances on the host" 60 count_is 3
 before=$(managed | sort)
 
 log "incus-hpa status: as root, as a member of incus-hpa, refused to anyone else"
-in_ct incus-hpa status | grep -q "| $group " || fail "incus-hpa status as root"
+ct_read incus-hpa status | grep -q "| $group " || fail "incus-hpa status as root"
 # The board is written after each pass, from what that pass observed.
 until_ok "status --json says current 3" 30 sh -c \
     "incus exec $ct -- incus-hpa status --json | grep -q '\"current\":3'"
 in_ct useradd -M -G incus-hpa hpa-member
-in_ct runuser -u hpa-member -- incus-hpa status | grep -q "| $group " || fail "status as a member of incus-hpa"
+ct_read runuser -u hpa-member -- incus-hpa status | grep -q "| $group " || fail "status as a member of incus-hpa"
 in_ct useradd -M hpa-outsider
 if out=$(in_ct runuser -u hpa-outsider -- incus-hpa status 2>&1); then fail "an outsider read the status"; fi
 grep -q "permission denied" <<<"$out" || fail "the outsider's message is unclear: $out"
@@ -168,7 +181,7 @@ grep -q "permission denied" <<<"$out" || fail "the outsider's message is unclear
 log "each group's history in the unit's StateDirectory, resumed after a restart"
 history=/var/lib/incus-hpa/groups/$group
 until_ok "the history of $group in $history" 90 in_ct test -s $history/learned.json
-[ "$(in_ct stat -c %U:%a $history/passes.csv)" = incus-hpa:600 ] || fail "the history is not the daemon's alone"
+[ "$(ct_read stat -c %U:%a $history/passes.csv)" = incus-hpa:600 ] || fail "the history is not the daemon's alone"
 in_ct systemctl restart incus-hpa
 resumed() { [ "$(journal -o cat | grep -c "$group resumes from its history saved")" -gt 0 ]; }
 until_ok "the restarted daemon resumes $group from its history" 30 resumed
@@ -273,7 +286,7 @@ has_error() { [ "$(journal -o json KEY="groups.$group.max" PRIORITY=3 | grep -c 
 until_ok "the error in the journal" 30 has_error
 until_ok "STATUS says the config is invalid" 30 sh -c \
     "incus exec $ct -- systemctl show -p StatusText --value incus-hpa | grep -q 'CONFIG INVALID'"
-[ "$(in_ct systemctl is-active incus-hpa)" = active ] || fail "the daemon stopped on a bad edit"
+[ "$(ct_read systemctl is-active incus-hpa)" = active ] || fail "the daemon stopped on a bad edit"
 entry=$(journal -o json KEY="groups.$group.max" -n 1)
 for field in FILE LINE COLUMN KEY; do
     grep -q "\"$field\"" <<<"$entry" || fail "the error entry has no $field field: $entry"
@@ -302,7 +315,7 @@ in_ct systemctl reload incus-hpa
 until_ok "4 instances for a value of 40 at 10 each" 60 count_is 4
 [ "$(journal -o json GROUP="$group" REASON=external-above-target | grep -c MESSAGE)" -ge 1 ] ||
     fail "no decision entry with REASON=external-above-target"
-in_ct incus-hpa status --json | grep -q '"name":"external 1","value":40' ||
+ct_read incus-hpa status --json | grep -q '"name":"external 1","value":40' ||
     fail "status --json does not show the external signal"
 in_ct sh -c 'echo 30 > /etc/incus-hpa/depth'
 until_ok "back to 3 for a value of 30" 60 count_is 3
@@ -342,7 +355,7 @@ ha() { echo "$1" | socat - "UNIX-CONNECT:$haproxy_dir/admin.sock"; }
 until_ok "HAProxy answers on its admin socket" 10 sh -c \
     "echo 'show info' | socat - UNIX-CONNECT:$haproxy_dir/admin.sock | grep -q '^Name: HAProxy'"
 in_ct groupadd --system haproxy
-hgid=$(in_ct getent group haproxy | cut -d: -f3)
+hgid=$(ct_read getent group haproxy | cut -d: -f3)
 in_ct mkdir -p /run/haproxy
 incus config device add "$ct" haproxy-socket proxy \
     listen=unix:/run/haproxy/admin.sock connect="unix:$haproxy_dir/admin.sock" \
@@ -420,25 +433,25 @@ in_ct mkdir -p /run/systemd/system/incus-hpa.service.d
 in_ct sh -c 'printf "[Service]\nWatchdogSec=4s\n" > /run/systemd/system/incus-hpa.service.d/e2e.conf'
 in_ct systemctl daemon-reload
 in_ct systemctl restart incus-hpa
-pid=$(in_ct systemctl show -p MainPID --value incus-hpa)
+pid=$(ct_read systemctl show -p MainPID --value incus-hpa)
 in_ct kill -STOP "$pid"
 until_ok "restarted by the watchdog" 60 sh -c \
     "test \"\$(incus exec $ct -- systemctl show -p NRestarts --value incus-hpa)\" -ge 1"
 until_ok "active again" 60 sh -c "test \"\$(incus exec $ct -- systemctl is-active incus-hpa)\" = active"
-[ "$(in_ct journalctl --no-pager -u incus-hpa | grep -ci 'watchdog timeout')" -ge 1 ] || fail "no watchdog line in the journal"
+[ "$(ct_read journalctl --no-pager -u incus-hpa | grep -ci 'watchdog timeout')" -ge 1 ] || fail "no watchdog line in the journal"
 
 log "stop"
 in_ct systemctl stop incus-hpa
-[ "$(in_ct systemctl show -p Result --value incus-hpa)" = success ] || fail "stop did not end in Result=success"
+[ "$(ct_read systemctl show -p Result --value incus-hpa)" = success ] || fail "stop did not end in Result=success"
 [ "$(running)" -eq 3 ] || fail "stopping the daemon changed the instances"
 
 log "a broken file at start: the unit fails (status 78) and is not restarted"
 in_ct sh -c "printf '[groups.$group]\nmax = 0\n' > $conf"
 if in_ct systemctl start incus-hpa 2>/dev/null; then fail "started on a broken file"; fi
-[ "$(in_ct systemctl show -p ExecMainStatus --value incus-hpa)" = 78 ] || fail "exit status is not 78"
-restarts=$(in_ct systemctl show -p NRestarts --value incus-hpa)
+[ "$(ct_read systemctl show -p ExecMainStatus --value incus-hpa)" = 78 ] || fail "exit status is not 78"
+restarts=$(ct_read systemctl show -p NRestarts --value incus-hpa)
 sleep 6 # longer than RestartSec: no restart may follow
-[ "$(in_ct systemctl show -p NRestarts --value incus-hpa)" = "$restarts" ] || fail "restarted on a broken file"
+[ "$(ct_read systemctl show -p NRestarts --value incus-hpa)" = "$restarts" ] || fail "restarted on a broken file"
 [ "$(journal -o json KEY="groups.$group.max" PRIORITY=3 | grep -c MESSAGE)" -gt 0 ] || fail "start error not in the journal"
 
 log "packaging/install.sh on a second systemd container (no .deb)"
@@ -455,9 +468,9 @@ rm -rf "$src"
 incus exec "$ct2" -- bash /root/src/packaging/install.sh >/dev/null
 # No Incus socket in this container: the daemon starts and waits for Incus (not ready yet).
 incus exec "$ct2" -- systemctl start --no-block incus-hpa
-incus exec "$ct2" -- id -nG incus-hpa | grep -qw incus-admin || fail "install.sh: user not in incus-admin"
-[ "$(incus exec "$ct2" -- stat -c %U:%G:%a $conf)" = "root:incus-hpa:640" ] || fail "install.sh: config mode"
-incus exec "$ct2" -- systemctl cat incus-hpa | grep -q '^ExecStart=/usr/local/bin/incus-hpa run' ||
+read_in "$ct2" id -nG incus-hpa | grep -qw incus-admin || fail "install.sh: user not in incus-admin"
+[ "$(read_in "$ct2" stat -c %U:%G:%a $conf)" = "root:incus-hpa:640" ] || fail "install.sh: config mode"
+read_in "$ct2" systemctl cat incus-hpa | grep -q '^ExecStart=/usr/local/bin/incus-hpa run' ||
     fail "install.sh: unit not installed"
 incus exec "$ct2" -- test -e /usr/share/doc/incus-hpa/examples/incus-https.conf ||
     fail "install.sh: the drop-ins the daemon's messages name are not in /usr/share/doc/incus-hpa"
