@@ -15,6 +15,8 @@
 #   cluster.sh down [--purge]  deletes the members and the bridge; --purge also the member image,
 #                              its cached tarball and .debs, and the client certificate
 #   cluster.sh exec mN CMD...  runs CMD in member mN (e.g. `cluster.sh exec m1 incus cluster list`)
+#   cluster.sh read mN CMD...  the same for a CMD that only reads: an empty answer is asked
+#                              again, as incus exec now and then loses the output (read-in.sh)
 #   cluster.sh stop-member mN [--with-instances]
 #                              stops mN's incusd (its instances keep running, unless
 #                              --with-instances: then incus-startup shuts them down first) and
@@ -39,6 +41,15 @@ die() { log "error: $*"; exit 1; }
 usage() {
     sed -n '/^#   cluster.sh/,/^# Everything/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
     exit 2
+}
+
+# member_read N CMD...: the output of CMD, which only reads, in hpa-cmN (read_in: asked again
+# when incus exec loses it).
+. "$here/read-in.sh"
+member_read() {
+    local n=$1
+    shift
+    read_in "hpa-cm$n" "$@"
 }
 
 # member_index mN|N|hpa-cmN: N (1..3).
@@ -93,7 +104,7 @@ ensure_members() {
 
 # clustered N: whether hpa-cmN's incusd is a cluster member.
 clustered() {
-    in_member "$1" incus query /1.0/cluster 2>/dev/null | grep -q '"enabled": true'
+    member_read "$1" incus query /1.0/cluster 2>/dev/null | grep -q '"enabled": true'
 }
 
 ensure_cluster() {
@@ -139,7 +150,7 @@ PRESEED
     done
     # Only once clustered: Incus 6.0.4 answers every later PUT /1.0 of a standalone server that
     # has cluster.offline_threshold set by closing the connection (EOF).
-    if [ "$(in_member 1 incus config get cluster.offline_threshold)" != "$offline_threshold" ]; then
+    if [ "$(member_read 1 incus config get cluster.offline_threshold)" != "$offline_threshold" ]; then
         log "setting cluster.offline_threshold to $offline_threshold s"
         in_member 1 incus config set cluster.offline_threshold "$offline_threshold"
     fi
@@ -148,7 +159,7 @@ PRESEED
         in_member 1 incus cluster group create hpa-two >/dev/null
     fi
     for n in 2 3; do
-        in_member 1 incus query "/1.0/cluster/members/m$n" | grep -q '"hpa-two"' ||
+        member_read 1 incus query "/1.0/cluster/members/m$n" | grep -q '"hpa-two"' ||
             in_member 1 incus cluster group assign "m$n" default,hpa-two >/dev/null
     done
 }
@@ -179,7 +190,7 @@ ensure_client_cert() {
     chmod 0644 "$certs/client.crt"
     fingerprint=$(openssl x509 -in "$certs/client.crt" -noout -fingerprint -sha256 | sed 's/.*=//; s/://g' | tr A-F a-f)
     # Trusted as the README advises: restricted to the project the tests use.
-    if ! in_member 1 incus query "/1.0/certificates/$fingerprint" 2>/dev/null | grep -q '"restricted": true'; then
+    if ! member_read 1 incus query "/1.0/certificates/$fingerprint" 2>/dev/null | grep -q '"restricted": true'; then
         log "trusting the host's client certificate (restricted to the project default)"
         in_member 1 incus config trust remove "$fingerprint" >/dev/null 2>&1 || true
         incus file push "$certs/client.crt" hpa-cm1/root/hpa-cm-client.crt >/dev/null
@@ -204,7 +215,7 @@ wait_online() {
         [ -n "$ok" ] && return 0
         sleep 1
     done
-    die "not every member is ONLINE after a minute: $(in_member 1 incus cluster list -f csv -c n,s | tr '\n' ' ')"
+    die "not every member is ONLINE after a minute: $(member_read 1 incus cluster list -f csv -c n,s | tr '\n' ' ')"
 }
 
 # server_pin: base64 SHA-256 of the cluster certificate's public key (curl --pinnedpubkey sha256//…).
@@ -235,7 +246,7 @@ up() {
     curl -sfk --pinnedpubkey "sha256//$(server_pin)" --cert "$certs/client.crt" --key "$certs/client.key" \
         "https://$subnet.11:8443/1.0" | grep -q '"auth":"trusted"' ||
         die "the host's client certificate is not trusted by https://$subnet.11:8443"
-    log "up: $(in_member 1 incus cluster list -f csv -c n,s | tr '\n' ' ')"
+    log "up: $(member_read 1 incus cluster list -f csv -c n,s | tr '\n' ' ')"
     printf 'CLUSTER_URL=https://%s.11:8443\n' "$subnet"
     printf 'CLUSTER_CERT=%s\n' "$certs/client.crt"
     printf 'CLUSTER_KEY=%s\n' "$certs/client.key"
@@ -273,7 +284,7 @@ down() {
 member_status() {
     local n=$1 via=1
     [ "$n" = 1 ] && via=2
-    in_member "$via" incus cluster list -f csv -c n,s 2>/dev/null | awk -F, -v m="m$n" '$1 == m {print $2}'
+    member_read "$via" incus cluster list -f csv -c n,s 2>/dev/null | awk -F, -v m="m$n" '$1 == m {print $2}'
 }
 
 stop_member() {
@@ -326,6 +337,12 @@ exec)
     n=$(member_index "$2")
     shift 2
     in_member "$n" "$@"
+    ;;
+read)
+    [ $# -ge 3 ] || usage
+    n=$(member_index "$2")
+    shift 2
+    member_read "$n" "$@"
     ;;
 stop-member) stop_member "${2:-}" "${3:-}" ;;
 start-member) start_member "${2:-}" ;;

@@ -24,18 +24,8 @@ key=user.incus-hpa.group
 conf=/etc/incus-hpa/desired-state.toml
 
 in_ct() { incus exec "$ct" -- "$@"; }
-# read_in CT CMD…: the output of CMD, which only reads, in container CT; asked again (5 times at
-# most) when it comes back empty: `incus exec` on a busy host now and then exits 0 with none of
-# its command's output (canonical/lxd#11890).
-read_in() {
-    local c=$1 out= _
-    shift
-    for _ in 1 2 3 4 5; do
-        out=$(incus exec "$c" -- "$@") || return
-        [ -n "$out" ] && break
-    done
-    printf '%s\n' "$out"
-}
+# One-shot reads in a container go through read_in (asked again when incus exec loses the output).
+. scripts/read-in.sh
 ct_read() { read_in "$ct" "$@"; }
 dump() {
     log "--- journal of incus-hpa in $ct ---"

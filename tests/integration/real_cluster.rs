@@ -46,18 +46,12 @@ fn member_incus(m: &str, args: &[&str]) -> String {
     cluster_sh(&all)
 }
 
-/// `incus ARGS…` that only reads, run in member `m`: its output, asked again (up to 5
-/// times) when it comes back empty. `incus exec` on a busy host now and then exits 0 with
-/// none of its command's output (canonical/lxd#11890; once in CI, for an `incus query`
-/// that always prints at least `[]`).
+/// `incus ARGS…` that only reads, run in member `m`: asked again when `incus exec` loses its
+/// output (`cluster.sh read`).
 fn member_query(m: &str, args: &[&str]) -> String {
-    for _ in 0..4 {
-        let out = member_incus(m, args);
-        if !out.trim().is_empty() {
-            return out;
-        }
-    }
-    member_incus(m, args)
+    let mut all = vec!["read", m, "incus"];
+    all.extend_from_slice(args);
+    cluster_sh(&all)
 }
 
 impl Cluster {
